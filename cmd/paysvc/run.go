@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/migrate"
+)
+
+const usage = `paysvc — idempotent orders and payment callbacks on MySQL/MariaDB
+
+Usage:
+  paysvc serve                 run the HTTP server (migrates first unless PAYSVC_AUTO_MIGRATE=false)
+  paysvc migrate up            apply pending migrations
+  paysvc migrate down [N]      revert N migrations (all without N)
+  paysvc migrate version       print the schema version
+  paysvc --help                this text
+
+Configuration comes from PAYSVC_* environment variables; see README.md.
+`
+
+// exitError carries a process exit code: 2 for usage errors and for
+// commands that could not run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format+" (see paysvc --help)", args...)}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError("no command given")
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	switch args[0] {
+	case "serve":
+		return serve(ctx, cfg, log, args[1:])
+	case "migrate":
+		return migrateCmd(cfg, stdout, args[1:])
+	}
+	return usageError("unknown command %q", args[0])
+}
+
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return usageError("serve takes no arguments")
+	}
+	log.Info("starting", "config", cfg)
+	if len(cfg.APIKeys) == 0 {
+		log.Warn("PAYSVC_API_KEYS is empty: every merchant request will get 401")
+	}
+	a, err := app.Open(ctx, cfg, log, app.Options{})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("PAYSVC_ADDR: listen %s: %w", cfg.Addr, err)
+	}
+	return a.Serve(ctx, ln)
+}
+
+func migrateCmd(cfg config.Config, stdout io.Writer, args []string) error {
+	if len(args) == 0 {
+		return usageError("migrate needs up, down [N] or version")
+	}
+	dbcfg, err := db.Config(cfg.DSN)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_DSN: %w", err)}
+	}
+	switch {
+	case args[0] == "up" && len(args) == 1:
+		if err := db.EnsureDatabase(context.Background(), dbcfg); err != nil {
+			return err
+		}
+		if err := migrate.Up(dbcfg); err != nil {
+			return err
+		}
+		return printVersion(dbcfg, stdout)
+	case args[0] == "down" && len(args) <= 2:
+		n := 0
+		if len(args) == 2 {
+			if n, err = strconv.Atoi(args[1]); err != nil || n < 1 {
+				return usageError("migrate down: N must be a positive integer, got %q", args[1])
+			}
+		}
+		if err := migrate.Down(dbcfg, n); err != nil {
+			return err
+		}
+		return printVersion(dbcfg, stdout)
+	case args[0] == "version" && len(args) == 1:
+		return printVersion(dbcfg, stdout)
+	}
+	return usageError("migrate: unknown arguments %q", args)
+}
+
+func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
+	v, dirty, ok, err := migrate.Version(dbcfg)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		fmt.Fprintln(stdout, "version none")
+	case dirty:
+		fmt.Fprintf(stdout, "version %d (dirty)\n", v)
+		return errors.New("schema is dirty: a migration failed half-way; fix it by hand, then `migrate force` with the migrate CLI")
+	default:
+		fmt.Fprintf(stdout, "version %d\n", v)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+// Package app assembles a running paysvc from its configuration: database,
+// migrations, idempotency engine, domain services and the HTTP handler. The
+// binary's commands and the end-to-end tests share it, so what is tested is
+// what runs.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/httpapi"
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// App is an assembled service.
+type App struct {
+	Config  config.Config
+	Log     *slog.Logger
+	DB      *gorm.DB
+	Metrics *metrics.Metrics
+	Engine  *idempotency.Engine
+	Handler http.Handler
+}
+
+// Options are assembly choices that are not configuration: test hooks.
+type Options struct {
+	// Now replaces the clock (tests of windows and leases).
+	Now func() time.Time
+	// BeforeCommit is passed to the idempotency engine (fault tests).
+	BeforeCommit func(ctx context.Context, req idempotency.Request) error
+}
+
+// Open connects to the database (creating it if missing), migrates it
+// unless PAYSVC_AUTO_MIGRATE=false, and builds the service.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) (*App, error) {
+	dbcfg, err := db.Config(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
+	}
+	if err := db.EnsureDatabase(ctx, dbcfg); err != nil {
+		return nil, err
+	}
+	if cfg.AutoMigrate {
+		if err := migrate.Up(dbcfg); err != nil {
+			return nil, err
+		}
+	}
+	gdb, err := db.Open(dbcfg)
+	if err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	mode := idempotency.Reject
+	if cfg.InFlight == config.InFlightWait {
+		mode = idempotency.Wait
+	}
+	engine := idempotency.New(gdb, idempotency.Options{
+		Lease:        cfg.Lease,
+		InFlight:     mode,
+		InFlightWait: cfg.InFlightWait,
+		Now:          now,
+		Logger:       log,
+		BeforeCommit: opts.BeforeCommit,
+	})
+	m := metrics.New()
+	handler := httpapi.New(httpapi.Deps{
+		Logger:         log,
+		DB:             gdb,
+		Engine:         engine,
+		Orders:         orders.NewService(now, nil),
+		Metrics:        m,
+		APIKeys:        cfg.APIKeys,
+		IdempotencyTTL: cfg.IdempotencyTTL,
+	})
+	return &App{Config: cfg, Log: log, DB: gdb, Metrics: m, Engine: engine, Handler: handler}, nil
+}
+
+// Close releases the database pool.
+func (a *App) Close() error { return db.Close(a.DB) }
+
+// Serve answers HTTP on ln until ctx is done, then stops accepting and
+// drains in-flight requests for up to the shutdown timeout.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.Handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.Log.Info("listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.Log.Info("shutting down", "drain_timeout", a.Config.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	a.Log.Info("stopped")
+	return nil
+}

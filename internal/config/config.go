@@ -1,0 +1,523 @@
+// Package config owns paysvc's configuration: the PAYSVC_* environment
+// variables of the external contract (CONTRACT.md §2), their defaults, and
+// their validation. Bad configuration must stop the program at start with one
+// line naming the variable, so every check lives here rather than surfacing
+// later as a confusing runtime failure. Secrets never leave this package in
+// readable form: errors name the offending entry, and the logged form masks
+// API keys, webhook secrets and the DSN password.
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// InFlightMode says what a duplicate of a still-running request gets.
+type InFlightMode string
+
+const (
+	// InFlightReject answers 409 with Retry-After at once.
+	InFlightReject InFlightMode = "reject"
+	// InFlightWait waits up to Config.InFlightWait for the first to finish.
+	InFlightWait InFlightMode = "wait"
+)
+
+// Config is paysvc's configuration. Build it with Defaults or Load.
+type Config struct {
+	DSN              string              // PAYSVC_DSN
+	Addr             string              // PAYSVC_ADDR
+	APIKeys          map[string]string   // PAYSVC_API_KEYS: api key -> merchant id
+	WebhookSecrets   map[string][]string // PAYSVC_WEBHOOK_SECRETS: provider -> raw "whsec_..." secrets, in configured order
+	WebhookTolerance time.Duration       // PAYSVC_WEBHOOK_TOLERANCE
+	IdempotencyTTL   time.Duration       // PAYSVC_IDEMPOTENCY_TTL
+	CallbackTTL      time.Duration       // PAYSVC_CALLBACK_TTL
+	Lease            time.Duration       // PAYSVC_IDEMPOTENCY_LEASE
+	InFlight         InFlightMode        // PAYSVC_IN_FLIGHT
+	InFlightWait     time.Duration       // PAYSVC_IN_FLIGHT_WAIT
+	PurgeInterval    time.Duration       // PAYSVC_PURGE_INTERVAL; 0 disables the background purge
+	PurgeBatch       int                 // PAYSVC_PURGE_BATCH
+	AutoMigrate      bool                // PAYSVC_AUTO_MIGRATE
+	ShutdownTimeout  time.Duration       // PAYSVC_SHUTDOWN_TIMEOUT
+	LogLevel         slog.Level          // PAYSVC_LOG_LEVEL
+}
+
+const (
+	envDSN              = "PAYSVC_DSN"
+	envAddr             = "PAYSVC_ADDR"
+	envAPIKeys          = "PAYSVC_API_KEYS"
+	envWebhookSecrets   = "PAYSVC_WEBHOOK_SECRETS"
+	envWebhookTolerance = "PAYSVC_WEBHOOK_TOLERANCE"
+	envIdempotencyTTL   = "PAYSVC_IDEMPOTENCY_TTL"
+	envCallbackTTL      = "PAYSVC_CALLBACK_TTL"
+	envLease            = "PAYSVC_IDEMPOTENCY_LEASE"
+	envInFlight         = "PAYSVC_IN_FLIGHT"
+	envInFlightWait     = "PAYSVC_IN_FLIGHT_WAIT"
+	envPurgeInterval    = "PAYSVC_PURGE_INTERVAL"
+	envPurgeBatch       = "PAYSVC_PURGE_BATCH"
+	envAutoMigrate      = "PAYSVC_AUTO_MIGRATE"
+	envShutdownTimeout  = "PAYSVC_SHUTDOWN_TIMEOUT"
+	envLogLevel         = "PAYSVC_LOG_LEVEL"
+)
+
+const maxPurgeBatch = 1_000_000
+
+// Defaults returns the contract's defaults. The maps are fresh on every call
+// so that one caller's changes never leak into another's configuration.
+func Defaults() Config {
+	return Config{
+		DSN:              "root:@tcp(127.0.0.1:3306)/paysvc?parseTime=true&loc=UTC",
+		Addr:             ":8080",
+		APIKeys:          map[string]string{},
+		WebhookSecrets:   map[string][]string{},
+		WebhookTolerance: 5 * time.Minute,
+		IdempotencyTTL:   24 * time.Hour,
+		CallbackTTL:      72 * time.Hour,
+		Lease:            30 * time.Second,
+		InFlight:         InFlightReject,
+		InFlightWait:     5 * time.Second,
+		PurgeInterval:    time.Minute,
+		PurgeBatch:       5000,
+		AutoMigrate:      true,
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         slog.LevelInfo,
+	}
+}
+
+// Load reads the configuration through getenv (os.Getenv when nil; tests pass
+// a map lookup). An empty or blank variable means its default. The first bad
+// value stops the load with an error of one line that starts with the
+// variable's name and never contains key or secret material.
+func Load(getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	l := loader{getenv: getenv}
+	c := Defaults()
+
+	l.dsn(&c.DSN)
+	l.addr(&c.Addr)
+	l.apiKeys(c.APIKeys)
+	l.webhookSecrets(c.WebhookSecrets)
+	l.duration(envWebhookTolerance, &c.WebhookTolerance, "5m, 300s", false)
+	l.duration(envIdempotencyTTL, &c.IdempotencyTTL, "24h, 90m", false)
+	l.duration(envCallbackTTL, &c.CallbackTTL, "72h, 720h", false)
+	l.duration(envLease, &c.Lease, "30s, 2m", false)
+	l.inFlight(&c.InFlight)
+	l.duration(envInFlightWait, &c.InFlightWait, "5s, 500ms", false)
+	l.duration(envPurgeInterval, &c.PurgeInterval, "1m, 30s; 0 disables", true)
+	l.purgeBatch(&c.PurgeBatch)
+	l.autoMigrate(&c.AutoMigrate)
+	l.duration(envShutdownTimeout, &c.ShutdownTimeout, "10s, 1m", false)
+	l.logLevel(&c.LogLevel)
+
+	// A record that expires while its request still holds the lease would
+	// let a retry run the business a second time: the window must outlive it.
+	l.longerThanLease(envIdempotencyTTL, c.IdempotencyTTL, c.Lease)
+	l.longerThanLease(envCallbackTTL, c.CallbackTTL, c.Lease)
+
+	if l.err != nil {
+		return Config{}, l.err
+	}
+	return c, nil
+}
+
+// loader keeps the first error so Load reads as the list of variables; every
+// step after a failure is a no-op.
+type loader struct {
+	getenv func(string) string
+	err    error
+}
+
+// get returns the variable's trimmed value, and false once an error is held
+// or when the variable is unset, so callers keep their default.
+func (l *loader) get(name string) (string, bool) {
+	if l.err != nil {
+		return "", false
+	}
+	v := strings.TrimSpace(l.getenv(name))
+	return v, v != ""
+}
+
+func (l *loader) fail(name, format string, args ...any) {
+	if l.err == nil {
+		l.err = errors.New(oneLine(name + ": " + fmt.Sprintf(format, args...)))
+	}
+}
+
+func (l *loader) duration(name string, dst *time.Duration, examples string, zeroOK bool) {
+	v, ok := l.get(name)
+	if !ok {
+		return
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		l.fail(name, "%q is not a duration (e.g. %s)", v, examples)
+	case d < 0 && zeroOK:
+		l.fail(name, "%q must not be negative (0 disables the purge)", v)
+	case d <= 0 && !zeroOK:
+		l.fail(name, "%q must be greater than 0", v)
+	default:
+		*dst = d
+	}
+}
+
+func (l *loader) longerThanLease(name string, window, lease time.Duration) {
+	if l.err != nil || window > lease {
+		return
+	}
+	source := name + "=" + shortDuration(window)
+	if _, set := l.get(name); !set {
+		source = shortDuration(window) + " (the default)"
+	}
+	l.fail(name, "%s is not longer than %s=%s; a record must outlive the lease of the request that created it",
+		source, envLease, shortDuration(lease))
+}
+
+func (l *loader) addr(dst *string) {
+	v, ok := l.get(envAddr)
+	if !ok {
+		return
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		l.fail(envAddr, "%q is not host:port (e.g. :8080, 127.0.0.1:8080)", v)
+		return
+	}
+	// An empty or named port would make the listener pick one nobody expects.
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		l.fail(envAddr, "%q: port must be a number from 0 to 65535", v)
+		return
+	}
+	*dst = v
+}
+
+func (l *loader) inFlight(dst *InFlightMode) {
+	v, ok := l.get(envInFlight)
+	if !ok {
+		return
+	}
+	switch m := InFlightMode(v); m {
+	case InFlightReject, InFlightWait:
+		*dst = m
+	default:
+		l.fail(envInFlight, "%q is not a mode (reject or wait)", v)
+	}
+}
+
+func (l *loader) purgeBatch(dst *int) {
+	v, ok := l.get(envPurgeBatch)
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		l.fail(envPurgeBatch, "%q is not an integer (e.g. 5000)", v)
+	case n < 1 || n > maxPurgeBatch:
+		l.fail(envPurgeBatch, "%d is out of range (1 to %d)", n, maxPurgeBatch)
+	default:
+		*dst = n
+	}
+}
+
+func (l *loader) autoMigrate(dst *bool) {
+	v, ok := l.get(envAutoMigrate)
+	if !ok {
+		return
+	}
+	switch strings.ToLower(v) {
+	case "true", "1":
+		*dst = true
+	case "false", "0":
+		*dst = false
+	default:
+		l.fail(envAutoMigrate, "%q is not a boolean (true, false, 1 or 0)", v)
+	}
+}
+
+func (l *loader) logLevel(dst *slog.Level) {
+	v, ok := l.get(envLogLevel)
+	if !ok {
+		return
+	}
+	// slog's own parser also takes offsets such as "info+2"; the contract
+	// names four levels, so only those are accepted.
+	levels := map[string]slog.Level{
+		"debug": slog.LevelDebug, "info": slog.LevelInfo,
+		"warn": slog.LevelWarn, "error": slog.LevelError,
+	}
+	lvl, known := levels[strings.ToLower(v)]
+	if !known {
+		l.fail(envLogLevel, "%q is not a log level (debug, info, warn or error)", v)
+		return
+	}
+	*dst = lvl
+}
+
+func (l *loader) dsn(dst *string) {
+	v, ok := l.get(envDSN)
+	if !ok {
+		return
+	}
+	cfg, err := parseDSN(v)
+	if err != nil {
+		l.fail(envDSN, "%q is not a go-sql-driver DSN: %s", maskDSN(v), safeReason(err, v))
+		return
+	}
+	if cfg.DBName == "" {
+		l.fail(envDSN, "%q names no database (want .../dbname)", maskDSN(v))
+		return
+	}
+	*dst = v
+}
+
+// parseDSN turns the driver's panics (it panics on the removed "strict"
+// parameter) into errors, so a typo in the environment cannot crash start-up.
+func parseDSN(dsn string) (cfg *mysql.Config, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cfg, err = nil, fmt.Errorf("%v", r)
+		}
+	}()
+	return mysql.ParseDSN(dsn)
+}
+
+// safeReason returns the driver's reason for rejecting dsn, unless it might
+// quote part of the password: some of its messages echo the network or
+// database part, which a malformed DSN can fill with password text.
+func safeReason(err error, dsn string) string {
+	reason := err.Error()
+	if start, end, ok := passwordSpan(dsn, false); ok {
+		pw := dsn[start:end]
+		n := min(3, len(pw))
+		for i := 0; i+n <= len(pw); i++ {
+			if strings.Contains(reason, pw[i:i+n]) {
+				return "want user:password@tcp(host:port)/dbname?param=value"
+			}
+		}
+	}
+	return reason
+}
+
+// maskDSN hides the password in dsn and keeps the rest, which an operator
+// needs to see which server and database the service uses.
+func maskDSN(dsn string) string {
+	_, err := parseDSN(dsn)
+	start, end, ok := passwordSpan(dsn, err == nil)
+	if !ok || start == end {
+		return dsn
+	}
+	return dsn[:start] + "xxxxx" + dsn[end:]
+}
+
+// passwordSpan finds the password as the driver does: after the first ':' of
+// what precedes the last '@' before the last '/'. A DSN the driver rejects
+// may have its password before no '/' at all (or contain one), so then the
+// last '@' anywhere counts too, masking more rather than less.
+func passwordSpan(dsn string, parsed bool) (start, end int, ok bool) {
+	at := -1
+	if slash := strings.LastIndexByte(dsn, '/'); slash > 0 {
+		at = strings.LastIndexByte(dsn[:slash], '@')
+	}
+	if at < 0 && !parsed {
+		at = strings.LastIndexByte(dsn, '@')
+	}
+	if at < 0 {
+		return 0, 0, false
+	}
+	colon := strings.IndexByte(dsn[:at], ':')
+	if colon < 0 {
+		return 0, 0, false
+	}
+	return colon + 1, at, true
+}
+
+func (l *loader) apiKeys(dst map[string]string) {
+	v, ok := l.get(envAPIKeys)
+	if !ok {
+		return
+	}
+	entryOf := map[string]int{} // api key -> entry number, to name both sides of a duplicate
+	for i, entry := range strings.Split(v, ",") {
+		n := i + 1
+		entry = strings.TrimSpace(entry)
+		merchant, key, found := strings.Cut(entry, ":")
+		switch {
+		case entry == "":
+			l.fail(envAPIKeys, "entry %d is empty (a stray comma?)", n)
+		case !found:
+			l.fail(envAPIKeys, "entry %d has no ':' (want merchant_id:api_key)", n)
+		// An invalid merchant id is not echoed: it may be a key put first.
+		case !validName(merchant, 64, true):
+			l.fail(envAPIKeys, "entry %d: merchant id must be 1-64 characters of A-Z a-z 0-9 _ -", n)
+		case len(key) < 16:
+			l.fail(envAPIKeys, "entry %d (merchant %q): api key is shorter than 16 characters", n, merchant)
+		case !validAPIKey(key):
+			l.fail(envAPIKeys, "entry %d (merchant %q): api key must be printable ASCII without spaces or commas", n, merchant)
+		case entryOf[key] != 0:
+			l.fail(envAPIKeys, "entry %d (merchant %q) repeats the api key of entry %d (merchant %q); every key must be unique",
+				n, merchant, entryOf[key], dst[key])
+		}
+		if l.err != nil {
+			return
+		}
+		entryOf[key] = n
+		dst[key] = merchant
+	}
+}
+
+func validAPIKey(key string) bool {
+	for _, r := range key {
+		if r <= ' ' || r > '~' || r == ',' {
+			return false
+		}
+	}
+	return true
+}
+
+// validName reports whether s is 1..maxLen characters of [a-z0-9_-], plus
+// A-Z when upper is set.
+func validName(s string, maxLen int, upper bool) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' ||
+			upper && r >= 'A' && r <= 'Z'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *loader) webhookSecrets(dst map[string][]string) {
+	v, ok := l.get(envWebhookSecrets)
+	if !ok {
+		return
+	}
+	for i, entry := range strings.Split(v, ",") {
+		n := i + 1
+		entry = strings.TrimSpace(entry)
+		provider, list, found := strings.Cut(entry, "=")
+		provider = strings.TrimSpace(provider)
+		secrets := strings.Fields(list)
+		switch {
+		case entry == "":
+			l.fail(envWebhookSecrets, "entry %d is empty (a stray comma?)", n)
+		// Base64 padding contains '=', so a secret without its provider can
+		// look like "whsec_...=": never echo what stands before the '='.
+		case !found || strings.HasPrefix(provider, "whsec_"):
+			l.fail(envWebhookSecrets, "entry %d has no provider (want provider=whsec_...; one provider's secrets are space-separated)", n)
+		case !validName(provider, 32, false):
+			l.fail(envWebhookSecrets, "entry %d: provider must be 1-32 characters of a-z 0-9 _ -", n)
+		case dst[provider] != nil:
+			l.fail(envWebhookSecrets, "provider %q is listed twice (put all its secrets in one entry, space-separated)", provider)
+		case len(secrets) == 0:
+			l.fail(envWebhookSecrets, "provider %q has no secret", provider)
+		}
+		for j, s := range secrets {
+			if l.err != nil {
+				return
+			}
+			if problem := secretProblem(s); problem != "" {
+				l.fail(envWebhookSecrets, "provider %q, secret %d: %s", provider, j+1, problem)
+			}
+		}
+		if l.err != nil {
+			return
+		}
+		dst[provider] = secrets
+	}
+}
+
+// secretProblem checks a Standard Webhooks secret. Providers hand them out
+// with and without base64 padding, so both are accepted here and the raw
+// string is kept for the webhooks package to decode.
+func secretProblem(s string) string {
+	b64, ok := strings.CutPrefix(s, "whsec_")
+	if !ok {
+		return "does not start with whsec_"
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		raw, err = base64.RawStdEncoding.DecodeString(b64)
+	}
+	switch {
+	case err != nil:
+		return "is not base64 after whsec_ (standard alphabet, padding optional)"
+	case len(raw) == 0:
+		return "is empty after whsec_"
+	}
+	return ""
+}
+
+// LogValue is the configuration as it may be logged: every field, with API
+// keys reduced to a key count per merchant, webhook secrets to a secret count
+// per provider, and the DSN password masked.
+func (c Config) LogValue() slog.Value {
+	keysPerMerchant := map[string]int{}
+	for _, merchant := range c.APIKeys {
+		keysPerMerchant[merchant]++
+	}
+	secretsPerProvider := map[string]int{}
+	for provider, secrets := range c.WebhookSecrets {
+		secretsPerProvider[provider] = len(secrets)
+	}
+	return slog.GroupValue(
+		slog.String("dsn", maskDSN(c.DSN)),
+		slog.String("addr", c.Addr),
+		slog.Any("api_keys", keysPerMerchant),
+		slog.Any("webhook_secrets", secretsPerProvider),
+		slog.String("webhook_tolerance", shortDuration(c.WebhookTolerance)),
+		slog.String("idempotency_ttl", shortDuration(c.IdempotencyTTL)),
+		slog.String("callback_ttl", shortDuration(c.CallbackTTL)),
+		slog.String("idempotency_lease", shortDuration(c.Lease)),
+		slog.String("in_flight", string(c.InFlight)),
+		slog.String("in_flight_wait", shortDuration(c.InFlightWait)),
+		slog.String("purge_interval", shortDuration(c.PurgeInterval)),
+		slog.Int("purge_batch", c.PurgeBatch),
+		slog.Bool("auto_migrate", c.AutoMigrate),
+		slog.String("shutdown_timeout", shortDuration(c.ShutdownTimeout)),
+		slog.String("log_level", c.LogLevel.String()),
+	)
+}
+
+// String gives the masked form too, so that printing a Config with %v or %s
+// (or a struct holding one) cannot leak keys or secrets either.
+func (c Config) String() string {
+	return c.LogValue().String()
+}
+
+// shortDuration writes 24h rather than 24h0m0s, as the variables are written.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// oneLine keeps an error to the single line the contract promises, whatever
+// control characters a value carried.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}

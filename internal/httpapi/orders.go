@@ -1,0 +1,134 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// orderJSON is the wire form of an order; field order is the wire order and
+// every field is always present.
+type orderJSON struct {
+	OrderNo             string  `json:"order_no"`
+	MerchantOrderNo     string  `json:"merchant_order_no"`
+	Status              string  `json:"status"`
+	Amount              int64   `json:"amount"`
+	Currency            string  `json:"currency"`
+	RefundedAmount      int64   `json:"refunded_amount"`
+	PendingRefundAmount int64   `json:"pending_refund_amount"`
+	Description         string  `json:"description"`
+	CreatedAt           string  `json:"created_at"`
+	PaidAt              *string `json:"paid_at"`
+	Version             int64   `json:"version"`
+}
+
+// timeFormat is RFC 3339 in UTC with fixed microseconds, the precision the
+// database keeps, so a time reads back exactly as it was first returned.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+func orderView(o orders.Order) orderJSON {
+	v := orderJSON{
+		OrderNo:             o.OrderNo,
+		MerchantOrderNo:     o.MerchantOrderNo,
+		Status:              string(o.Status),
+		Amount:              o.Amount,
+		Currency:            o.Currency,
+		RefundedAmount:      o.RefundedAmount,
+		PendingRefundAmount: o.PendingRefundAmount,
+		Description:         o.Description,
+		CreatedAt:           formatTime(o.CreatedAt),
+		Version:             o.Version,
+	}
+	if o.PaidAt != nil {
+		s := formatTime(*o.PaidAt)
+		v.PaidAt = &s
+	}
+	return v
+}
+
+func orderResponse(status int, o orders.Order, location string) idempotency.Response {
+	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: marshal(orderView(o))}
+}
+
+func decodeCreate(obj map[string]any) (orders.CreateInput, error) {
+	f := fields{obj: obj}
+	f.only("merchant_order_no", "amount", "currency", "description")
+	in := orders.CreateInput{
+		MerchantOrderNo: f.text("merchant_order_no", true, MaxMerchantOrderNo),
+		Amount:          f.amount("amount"),
+		Currency:        f.currency("currency"),
+		Description:     f.text("description", false, MaxDescription),
+	}
+	return in, f.err
+}
+
+// businessResponse turns a business outcome into the response to store:
+// a known business error becomes its problem (stored and replayed like a
+// success, CONTRACT §4); anything else stays an error, rolls back and frees
+// the key.
+func businessResponse(resp idempotency.Response, err error) (idempotency.Response, error) {
+	if err == nil {
+		return resp, nil
+	}
+	if k := kindOf(err); k.status < 500 {
+		return problemResponse(err), nil
+	}
+	return idempotency.Response{}, err
+}
+
+// POST /v1/orders. Statements on the first request: claim INSERT, BEGIN,
+// order INSERT, fence UPDATE, COMMIT = 5 round trips; on a replay: claim
+// INSERT (1062) and the record SELECT = 2.
+func (s *server) createOrder(c *gin.Context) {
+	merchant := merchantOf(c)
+	req, obj, ok := s.merchantRequest(c, false)
+	if !ok {
+		return
+	}
+	in, err := decodeCreate(obj)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		o, err := s.orders.Create(ctx, tx, merchant, in)
+		return businessResponse(orderResponse(201, o, "/v1/orders/"+o.OrderNo), err)
+	})
+}
+
+// POST /v1/orders/{order_no}/cancel. First request: claim, BEGIN,
+// conditional UPDATE, SELECT, fence, COMMIT = 6 round trips.
+func (s *server) cancelOrder(c *gin.Context) {
+	merchant := merchantOf(c)
+	req, obj, ok := s.merchantRequest(c, true)
+	if !ok {
+		return
+	}
+	f := fields{obj: obj}
+	if f.only(); f.err != nil {
+		s.fail(c, f.err)
+		return
+	}
+	orderNo := c.Param("order_no")
+	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		o, err := s.orders.Cancel(ctx, tx, merchant, orderNo)
+		return businessResponse(orderResponse(200, o, ""), err)
+	})
+}
+
+// GET /v1/orders/{order_no}: one SELECT, no idempotency.
+func (s *server) getOrder(c *gin.Context) {
+	o, err := orders.Get(c.Request.Context(), s.db, merchantOf(c), c.Param("order_no"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeResponse(c, orderResponse(200, o, ""), false)
+}

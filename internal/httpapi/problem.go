@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// Request-level sentinel errors (the domain packages own theirs).
+var (
+	ErrBodyTooLarge         = errors.New("request body larger than 64 KiB")
+	ErrUnsupportedMediaType = errors.New("request body must be application/json")
+	ErrUnauthorized         = errors.New("missing or unknown API key")
+	ErrInvalidRequest       = errors.New("invalid request")
+	ErrRouteNotFound        = errors.New("no such route")
+	ErrMethodNotAllowed     = errors.New("method not allowed on this route")
+	ErrUnavailable          = errors.New("database unavailable")
+)
+
+// ValidationError names the field that made a request invalid.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+// Unwrap makes every ValidationError an ErrInvalidRequest.
+func (e *ValidationError) Unwrap() error { return ErrInvalidRequest }
+
+func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
+
+// problemKind is one row of the error table.
+type problemKind struct {
+	err    error
+	status int
+	code   string
+	title  string
+}
+
+// problemKinds is the one place where errors become HTTP answers. The first
+// row whose error matches (errors.Is) wins; anything else is a 500.
+var problemKinds = []problemKind{
+	{ErrBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "Request body too large"},
+	{ErrUnsupportedMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type"},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	{idempotency.ErrKeyMissing, http.StatusBadRequest, "idempotency_key_missing", "Idempotency-Key header missing"},
+	{idempotency.ErrKeyInvalid, http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key header invalid"},
+	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
+	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_use", "Request with this Idempotency-Key still in progress"},
+	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key reused with a different request"},
+	{orders.ErrNotFound, http.StatusNotFound, "order_not_found", "Order not found"},
+	{orders.ErrExists, http.StatusConflict, "order_exists", "Order already exists"},
+	{orders.ErrIllegalTransition, http.StatusConflict, "illegal_transition", "Illegal state transition"},
+	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},
+	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
+}
+
+var internalKind = problemKind{status: http.StatusInternalServerError, code: "internal_error", title: "Internal server error"}
+
+// ProblemCodes lists every code the service can answer with; the OpenAPI
+// test compares it with the spec.
+func ProblemCodes() []string {
+	codes := make([]string, 0, len(problemKinds)+1)
+	for _, k := range problemKinds {
+		codes = append(codes, k.code)
+	}
+	return append(codes, internalKind.code)
+}
+
+func kindOf(err error) problemKind {
+	for _, k := range problemKinds {
+		if errors.Is(err, k.err) {
+			return k
+		}
+	}
+	return internalKind
+}
+
+// Problem is an RFC 9457 problem document; field order is the wire order.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Code   string `json:"code"`
+}
+
+// problemTypeBase prefixes the code to form the problem type URI.
+const problemTypeBase = "urn:paysvc:problem:"
+
+// problemFor builds the problem for err. Below 500 the detail is the error
+// text, which the domain packages word for clients; a 500's detail never
+// carries it: it may name tables, hosts or SQL.
+func problemFor(err error) Problem {
+	k := kindOf(err)
+	detail := k.title
+	if k.status < 500 {
+		detail = err.Error()
+	}
+	return Problem{Type: problemTypeBase + k.code, Title: k.title, Status: k.status, Detail: detail, Code: k.code}
+}
+
+// problemResponse renders err as a storable response.
+func problemResponse(err error) idempotency.Response {
+	p := problemFor(err)
+	return idempotency.Response{Status: p.Status, ContentType: contentTypeProblem, Body: marshal(p)}
+}
+
+const (
+	contentTypeJSON    = "application/json"
+	contentTypeProblem = "application/problem+json"
+)
+
+// marshal encodes v as compact JSON without HTML escaping: merchant strings
+// go back as they came. Only types built here are passed, so it cannot fail.
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("httpapi: marshal " + err.Error())
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}

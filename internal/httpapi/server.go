@@ -1,0 +1,184 @@
+// Package httpapi is paysvc's HTTP surface: gin routes, the middleware chain
+// in the contract's check order, RFC 9457 problems, and the glue between a
+// request and the idempotency engine.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// Deps is what the HTTP layer needs; main wires it.
+type Deps struct {
+	Logger  *slog.Logger
+	DB      *gorm.DB
+	Engine  *idempotency.Engine
+	Orders  *orders.Service
+	Metrics *metrics.Metrics
+	// APIKeys maps an API key to its merchant id.
+	APIKeys map[string]string
+	// IdempotencyTTL is the window of merchant requests.
+	IdempotencyTTL time.Duration
+	// Extra registers more routes on the engine (the callbacks package).
+	Extra func(r *gin.Engine, mw Middleware)
+}
+
+// Middleware exposes the shared steps to route packages outside httpapi, so
+// every route runs the same checks in the same order.
+type Middleware struct {
+	ReadBody gin.HandlerFunc
+}
+
+type server struct {
+	log     *slog.Logger
+	db      *gorm.DB
+	engine  *idempotency.Engine
+	orders  *orders.Service
+	metrics *metrics.Metrics
+	auth    *authenticator
+	ttl     time.Duration
+}
+
+// New builds the router.
+func New(d Deps) *gin.Engine {
+	s := &server{
+		log:     d.Logger,
+		db:      d.DB,
+		engine:  d.Engine,
+		orders:  d.Orders,
+		metrics: d.Metrics,
+		auth:    newAuthenticator(d.APIKeys),
+		ttl:     d.IdempotencyTTL,
+	}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	r.Use(requestID, s.accessLog, s.recovery)
+	r.NoRoute(func(c *gin.Context) { s.fail(c, ErrRouteNotFound) })
+	r.NoMethod(func(c *gin.Context) { s.fail(c, ErrMethodNotAllowed) })
+
+	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ok"}`)) })
+	r.GET("/readyz", s.readyz)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
+
+	v1 := r.Group("/v1", readBody)
+	merchant := v1.Group("", s.auth.middleware(s))
+	merchant.POST("/orders", s.createOrder)
+	merchant.GET("/orders/:order_no", s.getOrder)
+	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)
+	if d.Extra != nil {
+		d.Extra(r, Middleware{ReadBody: readBody})
+	}
+	return r
+}
+
+func (s *server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+	defer cancel()
+	if err := db.Ping(ctx, s.db); err != nil {
+		s.log.WarnContext(ctx, "readiness check failed", "err", err)
+		s.fail(c, ErrUnavailable)
+		return
+	}
+	c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ready"}`))
+}
+
+// merchantRequest runs the steps between auth and the idempotency engine:
+// the key (400), then the body (400), then the fingerprint.
+func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.Request, map[string]any, bool) {
+	endpoint := c.FullPath()
+	key, err := idempotency.KeyFromHeader(c.Request.Header.Values(idempotency.KeyHeader))
+	if err != nil {
+		outcome := "invalid_key"
+		if errors.Is(err, idempotency.ErrKeyMissing) {
+			outcome = "missing_key"
+		}
+		s.metrics.IdempotencyRequests.WithLabelValues(endpoint, outcome).Inc()
+		s.fail(c, err)
+		return idempotency.Request{}, nil, false
+	}
+	obj, canonical, err := parseObject(bodyOf(c), emptyBodyOK)
+	if err != nil {
+		s.fail(c, err)
+		return idempotency.Request{}, nil, false
+	}
+	return idempotency.Request{
+		Scope:       idempotency.MerchantScope(merchantOf(c)),
+		Key:         key,
+		Fingerprint: idempotency.RequestFingerprint(c.Request.Method, c.Request.URL.Path, canonical),
+		TTL:         s.ttl,
+	}, obj, true
+}
+
+// idempotent runs fn through the engine and writes the answer.
+func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
+	res, err := s.engine.Do(c.Request.Context(), req, fn)
+	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
+}
+
+// RespondIdempotent writes the engine's answer and counts its outcome; the
+// callbacks package uses it too, so both kinds of request answer alike.
+func RespondIdempotent(c *gin.Context, m *metrics.Metrics, log *slog.Logger, endpoint string, res idempotency.Result, err error) {
+	if err != nil {
+		var inFlight *idempotency.InFlightError
+		switch {
+		case errors.As(err, &inFlight):
+			m.IdempotencyRequests.WithLabelValues(endpoint, "in_flight").Inc()
+			c.Header("Retry-After", strconv.Itoa(inFlight.RetryAfterSeconds()))
+		case errors.Is(err, idempotency.ErrKeyReused):
+			m.IdempotencyRequests.WithLabelValues(endpoint, "conflict").Inc()
+			log.WarnContext(c.Request.Context(), "idempotency key reused with a different request",
+				"endpoint", endpoint, "err", err.Error())
+		}
+		Fail(c, log, err)
+		return
+	}
+	m.IdempotencyRequests.WithLabelValues(endpoint, string(res.Outcome)).Inc()
+	writeResponse(c, res.Response, res.Replayed())
+}
+
+// ReplayedHeader marks a stored response sent again.
+const ReplayedHeader = "Idempotent-Replayed"
+
+func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
+	if r.Location != "" {
+		c.Header("Location", r.Location)
+	}
+	if replayed {
+		c.Header(ReplayedHeader, "true")
+	}
+	c.Data(r.Status, r.ContentType, r.Body)
+}
+
+func (s *server) fail(c *gin.Context, err error) { Fail(c, s.log, err) }
+
+// Fail answers err as a problem; a 5xx is logged with the request ID, since
+// its detail says nothing to the client.
+func Fail(c *gin.Context, log *slog.Logger, err error) {
+	p := problemResponse(err)
+	if p.Status >= 500 {
+		log.ErrorContext(c.Request.Context(), "request failed", "request_id", c.GetString(requestIDKey),
+			"route", c.FullPath(), "err", err.Error())
+	}
+	writeResponse(c, p, false)
+	c.Abort()
+}
+
+func abortProblem(c *gin.Context, err error) {
+	writeResponse(c, problemResponse(err), false)
+	c.Abort()
+}

@@ -1,0 +1,295 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Sentinel errors; the HTTP layer maps them to problem codes in one table.
+var (
+	// ErrKeyReused: the key is bound to a different request (422).
+	ErrKeyReused = errors.New("idempotency key reused with a different request")
+	// ErrInFlight: the first request with this key is still running (409).
+	// Errors wrapping it are *InFlightError and carry a Retry-After.
+	ErrInFlight = errors.New("idempotency key in use by a request still running")
+)
+
+// errLeaseLost: the fence found another owner; the transaction rolled back.
+var errLeaseLost = errors.New("lease taken over by another request")
+
+// InFlightError is ErrInFlight with the delay a client should wait.
+type InFlightError struct{ RetryAfter time.Duration }
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", ErrInFlight, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrInFlight) true.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// RetryAfterSeconds is the whole-second value of the Retry-After header.
+func (e *InFlightError) RetryAfterSeconds() int {
+	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
+}
+
+// InFlightMode says what a duplicate of a running request gets.
+type InFlightMode int
+
+const (
+	// Reject answers at once with ErrInFlight.
+	Reject InFlightMode = iota
+	// Wait polls until the first request finishes, up to Options.InFlightWait.
+	Wait
+)
+
+// Request identifies one idempotent execution.
+type Request struct {
+	// Scope namespaces keys: MerchantScope or CallbackScope.
+	Scope       string
+	Key         string
+	Fingerprint Fingerprint
+	// TTL is the window: how long the record, and so the replay, lives.
+	TTL time.Duration
+}
+
+// MerchantScope is the scope of a merchant's Idempotency-Key.
+func MerchantScope(merchantID string) string { return "m:" + merchantID }
+
+// CallbackScope is the scope of a provider's derived callback keys.
+func CallbackScope(provider string) string { return "p:" + provider }
+
+// Response is what is stored and replayed byte for byte.
+type Response struct {
+	Status      int
+	ContentType string
+	Location    string
+	Body        []byte
+}
+
+// Outcome says how a request was answered; it is a metrics label value.
+type Outcome string
+
+// Outcomes of Do that return a response.
+const (
+	OutcomeFirst     Outcome = "first"
+	OutcomeReplayed  Outcome = "replayed"
+	OutcomeTakenOver Outcome = "taken_over"
+)
+
+// Result is the answer to a request.
+type Result struct {
+	Response Response
+	Outcome  Outcome
+}
+
+// Replayed reports whether the response is a stored one.
+func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
+
+// Func is the business work of a request. It runs inside tx and returns the
+// response to store with it; it must not commit, and may run more than once
+// if the transaction is retried after a deadlock. A returned error, or a
+// status of 500 or more, rolls everything back and frees the key.
+type Func func(ctx context.Context, tx *gorm.DB) (Response, error)
+
+// Options tune an Engine; zero values take the defaults in parentheses.
+type Options struct {
+	Lease        time.Duration // PAYSVC_IDEMPOTENCY_LEASE (30s)
+	InFlight     InFlightMode  // PAYSVC_IN_FLIGHT (Reject)
+	InFlightWait time.Duration // PAYSVC_IN_FLIGHT_WAIT (5s)
+	RetryAfter   time.Duration // suggested delay for in-flight duplicates (1s)
+	MaxAttempts  int           // runs of the transaction on deadlock (3)
+	Now          func() time.Time
+	Logger       *slog.Logger
+	// BeforeCommit, if set, runs inside the transaction after the response
+	// is fenced and before COMMIT. It exists for fault-injection tests: an
+	// error here must leave no trace of the request.
+	BeforeCommit func(ctx context.Context, req Request) error
+}
+
+// Engine runs requests at most once per key. It holds no request state in
+// memory: everything it knows is in idempotency_records.
+type Engine struct {
+	db   *gorm.DB
+	opts Options
+}
+
+// New returns an Engine over gdb.
+func New(gdb *gorm.DB, opts Options) *Engine {
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.InFlightWait <= 0 {
+		opts.InFlightWait = 5 * time.Second
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = time.Second
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 3
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{db: gdb, opts: opts}
+}
+
+// Polling in wait mode starts fast (most requests finish in milliseconds)
+// and backs off so that a slow one is not hammered.
+const (
+	firstPoll = 10 * time.Millisecond
+	maxPoll   = 200 * time.Millisecond
+	// maxRounds bounds the claim loop; each round ends in a decision unless
+	// another request changed the record in between.
+	maxRounds = 1000
+)
+
+// Do runs fn at most once for req's key and returns its response, or the
+// stored one. Errors: ErrKeyReused, an *InFlightError, or a failure of fn or
+// the database (after which the key is free again).
+func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
+	waitUntil := e.opts.Now().Add(e.opts.InFlightWait)
+	poll := firstPoll
+	insert := true
+	for range maxRounds {
+		now := e.opts.Now().UTC()
+		if insert {
+			o := newOwner()
+			won, err := insertClaim(ctx, e.db, req, o, now, now.Add(e.opts.Lease))
+			if err != nil {
+				return Result{}, err
+			}
+			if won {
+				res, err := e.execute(ctx, req, o, OutcomeFirst, fn)
+				if !errors.Is(err, errLeaseLost) {
+					return res, err
+				}
+			}
+		}
+		rec, found, err := load(ctx, e.db, req)
+		if err != nil {
+			return Result{}, err
+		}
+		insert = true
+		switch {
+		case !found:
+			// Released or purged since our INSERT: claim again.
+			continue
+		case !rec.expiresAt.After(now):
+			if err := deleteExpired(ctx, e.db, req, now); err != nil {
+				return Result{}, err
+			}
+			continue
+		case rec.hash != req.Fingerprint:
+			return Result{}, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
+		case rec.status == statusCompleted:
+			return Result{Response: rec.response, Outcome: OutcomeReplayed}, nil
+		case !rec.leaseUntil.After(now):
+			o := newOwner()
+			won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
+			if err != nil {
+				return Result{}, err
+			}
+			if won {
+				e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
+				res, err := e.execute(ctx, req, o, OutcomeTakenOver, fn)
+				if !errors.Is(err, errLeaseLost) {
+					return res, err
+				}
+			}
+			insert = false
+			continue
+		}
+		// In flight.
+		if e.opts.InFlight == Reject || !now.Before(waitUntil) {
+			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
+		}
+		if err := sleep(ctx, min(poll, waitUntil.Sub(now))); err != nil {
+			return Result{}, fmt.Errorf("wait for key %q: %w", req.Key, err)
+		}
+		poll = min(2*poll, maxPoll)
+		insert = false
+	}
+	return Result{}, fmt.Errorf("key %q: no decision after %d rounds", req.Key, maxRounds)
+}
+
+// execute runs fn and the fence in one transaction, retrying the whole
+// transaction on deadlock. On failure it releases the claim.
+func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outcome, fn Func) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.release(ctx, req, o)
+			panic(p)
+		}
+	}()
+	// The holder gives up before its lease runs out, so that in the normal
+	// case it is never taken over while it still works.
+	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		var resp Response
+		err = e.db.WithContext(txCtx).Transaction(func(tx *gorm.DB) error {
+			r, err := fn(txCtx, tx)
+			if err != nil {
+				return err
+			}
+			if r.Status >= 500 {
+				return fmt.Errorf("business answered %d", r.Status)
+			}
+			if err := complete(tx, req, o, r); err != nil {
+				return err
+			}
+			if e.opts.BeforeCommit != nil {
+				if err := e.opts.BeforeCommit(txCtx, req); err != nil {
+					return err
+				}
+			}
+			resp = r
+			return nil
+		})
+		if err == nil {
+			return Result{Response: resp, Outcome: outcome}, nil
+		}
+		if errors.Is(err, errLeaseLost) {
+			return Result{}, err
+		}
+		if db.IsRetryable(err) && attempt < e.opts.MaxAttempts && txCtx.Err() == nil {
+			continue
+		}
+		e.release(ctx, req, o)
+		return Result{}, fmt.Errorf("execute key %q (attempt %d): %w", req.Key, attempt, err)
+	}
+}
+
+// release frees the claim even if the request's context is done: a client
+// that hung up must not leave its key blocked until the lease runs out.
+func (e *Engine) release(ctx context.Context, req Request, o owner) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := release(ctx, e.db, req, o); err != nil {
+		// The lease will free the key; say so, loudly.
+		e.opts.Logger.ErrorContext(ctx, "release idempotency claim failed; key stays in flight until its lease ends",
+			"scope", req.Scope, "key", req.Key, "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

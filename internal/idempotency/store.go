@@ -1,0 +1,175 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Record states as stored in idempotency_records.status.
+const (
+	statusProcessing = 1
+	statusCompleted  = 2
+)
+
+// Content types a stored response may have, stored as a one-byte code: the
+// record is written for every request, and a string would cost more than
+// the rest of the metadata.
+var contentTypes = []string{
+	1: "application/json",
+	2: "application/problem+json",
+}
+
+func contentTypeCode(ct string) (uint8, error) {
+	for code, s := range contentTypes {
+		if s != "" && s == ct {
+			return uint8(code), nil
+		}
+	}
+	return 0, fmt.Errorf("content type %q cannot be stored", ct)
+}
+
+type owner [16]byte
+
+func newOwner() owner {
+	var o owner
+	_, _ = rand.Read(o[:])
+	return o
+}
+
+// record is a row read back after a lost claim.
+type record struct {
+	hash       Fingerprint
+	status     int
+	owner      owner
+	leaseUntil time.Time
+	expiresAt  time.Time
+	response   Response
+}
+
+// insertClaim is the arbiter: one autocommitted INSERT. It reports false,
+// nil when the key is already claimed.
+func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, leaseUntil time.Time) (bool, error) {
+	err := gdb.WithContext(ctx).Exec(
+		`INSERT INTO idempotency_records
+		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		req.Scope, req.Key, req.Fingerprint[:], statusProcessing, o[:], leaseUntil, now, now.Add(req.TTL)).Error
+	if db.IsDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim %q: %w", req.Key, err)
+	}
+	return true, nil
+}
+
+// load reads the record of req's key; found is false if there is none.
+func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found bool, err error) {
+	var (
+		hash, ownerB, location, body []byte
+		leaseUntil                   sql.NullTime
+		respStatus                   sql.NullInt32
+		respType                     sql.NullInt32
+	)
+	err = gdb.WithContext(ctx).Raw(
+		`SELECT request_hash, status, owner, lease_until, expires_at,
+		        response_status, response_type, response_location, response_body
+		   FROM idempotency_records WHERE scope = ? AND idem_key = ?`,
+		req.Scope, req.Key).Row().Scan(
+		&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt,
+		&respStatus, &respType, &location, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, fmt.Errorf("read key %q: %w", req.Key, err)
+	}
+	copy(rec.hash[:], hash)
+	copy(rec.owner[:], ownerB)
+	rec.leaseUntil = leaseUntil.Time
+	if rec.status == statusCompleted {
+		code := int(respType.Int32)
+		if code <= 0 || code >= len(contentTypes) || contentTypes[code] == "" {
+			return record{}, false, fmt.Errorf("read key %q: unknown stored content type %d", req.Key, code)
+		}
+		rec.response = Response{
+			Status:      int(respStatus.Int32),
+			ContentType: contentTypes[code],
+			Location:    string(location),
+			Body:        body,
+		}
+	}
+	return rec, true, nil
+}
+
+// takeOver moves an expired lease from old to o; of concurrent takers the
+// one whose UPDATE matches the old owner wins.
+func takeOver(ctx context.Context, gdb *gorm.DB, req Request, old, o owner, now, leaseUntil time.Time) (bool, error) {
+	res := gdb.WithContext(ctx).Exec(
+		`UPDATE idempotency_records SET owner = ?, lease_until = ?
+		  WHERE scope = ? AND idem_key = ? AND status = ? AND owner = ? AND lease_until <= ?`,
+		o[:], leaseUntil, req.Scope, req.Key, statusProcessing, old[:], now)
+	if res.Error != nil {
+		return false, fmt.Errorf("take over key %q: %w", req.Key, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// deleteExpired removes a record whose window is over, so the key can be
+// claimed as new.
+func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, now time.Time) error {
+	err := gdb.WithContext(ctx).Exec(
+		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND expires_at <= ?`,
+		req.Scope, req.Key, now).Error
+	if err != nil {
+		return fmt.Errorf("expire key %q: %w", req.Key, err)
+	}
+	return nil
+}
+
+// complete is the fence: it stores the response inside the business
+// transaction only if o still holds the lease.
+func complete(tx *gorm.DB, req Request, o owner, resp Response) error {
+	code, err := contentTypeCode(resp.ContentType)
+	if err != nil {
+		return fmt.Errorf("store response for %q: %w", req.Key, err)
+	}
+	var location any
+	if resp.Location != "" {
+		location = resp.Location
+	}
+	res := tx.Exec(
+		`UPDATE idempotency_records
+		    SET status = ?, owner = NULL, lease_until = NULL,
+		        response_status = ?, response_type = ?, response_location = ?, response_body = ?
+		  WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
+		statusCompleted, resp.Status, code, location, resp.Body,
+		req.Scope, req.Key, o[:], statusProcessing)
+	if res.Error != nil {
+		return fmt.Errorf("store response for %q: %w", req.Key, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// release frees a claim whose execution failed. It is owner-checked, so it
+// never removes a record another holder took over or one that completed.
+func release(ctx context.Context, gdb *gorm.DB, req Request, o owner) error {
+	err := gdb.WithContext(ctx).Exec(
+		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
+		req.Scope, req.Key, o[:], statusProcessing).Error
+	if err != nil {
+		return fmt.Errorf("release key %q: %w", req.Key, err)
+	}
+	return nil
+}

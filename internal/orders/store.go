@@ -1,0 +1,120 @@
+package orders
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Store functions take the *gorm.DB they must use: the caller owns the
+// transaction, and a store with its own pool handle could write outside it.
+
+const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
+       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
+  FROM orders`
+
+// Insert stores a new order; ErrExists if the merchant already used its
+// merchant_order_no (the unique key decides, not a prior SELECT).
+func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
+	err := tx.WithContext(ctx).Exec(
+		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
+		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
+		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt).Error
+	if db.IsDuplicate(err) {
+		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, err)
+	}
+	return nil
+}
+
+// Get reads a merchant's order; another merchant's order is ErrNotFound.
+func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
+	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID).Row())
+	if err != nil {
+		return Order{}, fmt.Errorf("get order %q: %w", orderNo, err)
+	}
+	return o, nil
+}
+
+// GetByOrderNo reads an order whoever owns it (provider callbacks carry no
+// merchant).
+func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
+	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ?`, orderNo).Row())
+	if err != nil {
+		return Order{}, fmt.Errorf("get order %q: %w", orderNo, err)
+	}
+	return o, nil
+}
+
+func scan(row *sql.Row) (Order, error) {
+	var (
+		o      Order
+		mon    []byte
+		paidAt sql.NullTime
+	)
+	err := row.Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status, &o.Amount, &o.Currency,
+		&o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, err
+	}
+	o.MerchantOrderNo = string(mon)
+	if paidAt.Valid {
+		t := paidAt.Time.UTC()
+		o.PaidAt = &t
+	}
+	o.CreatedAt = o.CreatedAt.UTC()
+	o.UpdatedAt = o.UpdatedAt.UTC()
+	return o, nil
+}
+
+// Transition is one state change of one order.
+type Transition struct {
+	OrderNo string
+	// MerchantID, if set, restricts the change to that merchant's order.
+	MerchantID string
+	From, To   Status
+	At         time.Time
+}
+
+// Apply performs t as one conditional UPDATE. It returns
+// ErrIllegalTransition if the state machine forbids it or if the order was
+// not in t.From when the UPDATE ran (rows affected 0): the database, not an
+// earlier read, decides.
+func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
+	if !CanTransition(t.From, t.To) {
+		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+	}
+	q := `UPDATE orders SET status = ?, version = version + 1, updated_at = ?`
+	args := []any{t.To, t.At}
+	if t.To == Paid {
+		q += `, paid_at = ?`
+		args = append(args, t.At)
+	}
+	q += ` WHERE order_no = ? AND status = ?`
+	args = append(args, t.OrderNo, t.From)
+	if t.MerchantID != "" {
+		q += ` AND merchant_id = ?`
+		args = append(args, t.MerchantID)
+	}
+	res := tx.WithContext(ctx).Exec(q, args...)
+	if res.Error != nil {
+		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+	}
+	return nil
+}

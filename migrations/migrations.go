@@ -1,0 +1,12 @@
+// Package migrations embeds the schema: golang-migrate files, one DDL
+// statement each, because MySQL commits DDL at once and a half-applied
+// multi-statement file would leave the schema dirty. The SQL files own the
+// schema; nothing calls AutoMigrate.
+package migrations
+
+import "embed"
+
+// FS holds the *.up.sql and *.down.sql files.
+//
+//go:embed *.sql
+var FS embed.FS
