@@ -22,6 +22,8 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // App is an assembled service.
@@ -77,6 +79,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Logger:       log,
 		BeforeCommit: opts.BeforeCommit,
 	})
+	verifiers, err := Verifiers(cfg.WebhookSecrets, cfg.WebhookTolerance, now)
+	if err != nil {
+		return nil, err
+	}
 	m := metrics.New()
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
@@ -86,8 +92,29 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Metrics:        m,
 		APIKeys:        cfg.APIKeys,
 		IdempotencyTTL: cfg.IdempotencyTTL,
+		Payments:       payments.NewService(now, nil, log),
+		Verifiers:      verifiers,
+		CallbackTTL:    cfg.CallbackTTL,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Metrics: m, Engine: engine, Handler: handler}, nil
+}
+
+// Verifiers builds one webhook verifier per provider from the configured
+// secrets (several per provider during a rotation).
+func Verifiers(secrets map[string][]string, tolerance time.Duration, now func() time.Time) (map[string]*webhooks.Verifier, error) {
+	out := make(map[string]*webhooks.Verifier, len(secrets))
+	for provider, raw := range secrets {
+		parsed := make([]webhooks.Secret, 0, len(raw))
+		for i, r := range raw {
+			sec, err := webhooks.ParseSecret(r)
+			if err != nil {
+				return nil, fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s, secret %d: %w", provider, i+1, err)
+			}
+			parsed = append(parsed, sec)
+		}
+		out[provider] = webhooks.NewVerifier(parsed, tolerance, now)
+	}
+	return out, nil
 }
 
 // Close releases the database pool.

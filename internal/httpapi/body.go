@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/paysvc/paysvc/internal/canonjson"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // MaxBody is the largest request body accepted (65,536 bytes is allowed).
@@ -31,7 +32,7 @@ func readBody(c *gin.Context) {
 			abortProblem(c, ErrBodyTooLarge)
 			return
 		}
-		abortProblem(c, fmt.Errorf("%w: body could not be read", ErrInvalidRequest))
+		abortProblem(c, validate.Invalid("", "body could not be read"))
 		return
 	}
 	if len(b) > MaxBody {
@@ -64,15 +65,15 @@ func parseObject(body []byte, emptyOK bool) (map[string]any, []byte, error) {
 		if emptyOK {
 			return map[string]any{}, nil, nil
 		}
-		return nil, nil, invalid("", "request body is required")
+		return nil, nil, validate.Invalid("", "request body is required")
 	}
 	tree, err := canonjson.Parse(body)
 	if err != nil {
-		return nil, nil, invalid("", err.Error())
+		return nil, nil, validate.Invalid("", err.Error())
 	}
 	obj, ok := tree.(map[string]any)
 	if !ok {
-		return nil, nil, invalid("", "request body must be a JSON object")
+		return nil, nil, validate.Invalid("", "request body must be a JSON object")
 	}
 	if len(obj) == 0 && emptyOK {
 		return obj, nil, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // orderJSON is the wire form of an order; field order is the wire order and
@@ -57,16 +58,22 @@ func orderResponse(status int, o orders.Order, location string) idempotency.Resp
 	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: marshal(orderView(o))}
 }
 
+// Limits of the order fields (CONTRACT §3).
+const (
+	MaxMerchantOrderNo = 64
+	MaxDescription     = 255
+)
+
 func decodeCreate(obj map[string]any) (orders.CreateInput, error) {
-	f := fields{obj: obj}
-	f.only("merchant_order_no", "amount", "currency", "description")
+	f := validate.New(obj, "")
+	f.Only("merchant_order_no", "amount", "currency", "description")
 	in := orders.CreateInput{
-		MerchantOrderNo: f.text("merchant_order_no", true, MaxMerchantOrderNo),
-		Amount:          f.amount("amount"),
-		Currency:        f.currency("currency"),
-		Description:     f.text("description", false, MaxDescription),
+		MerchantOrderNo: f.Text("merchant_order_no", true, MaxMerchantOrderNo),
+		Amount:          f.Amount("amount"),
+		Currency:        f.Currency("currency"),
+		Description:     f.Text("description", false, MaxDescription),
 	}
-	return in, f.err
+	return in, f.Err()
 }
 
 // businessResponse turns a business outcome into the response to store:
@@ -111,9 +118,8 @@ func (s *server) cancelOrder(c *gin.Context) {
 	if !ok {
 		return
 	}
-	f := fields{obj: obj}
-	if f.only(); f.err != nil {
-		s.fail(c, f.err)
+	if err := validate.New(obj, "").Only(); err != nil {
+		s.fail(c, err)
 		return
 	}
 	orderNo := c.Param("order_no")

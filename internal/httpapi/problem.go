@@ -8,6 +8,9 @@ import (
 
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/validate"
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // Request-level sentinel errors (the domain packages own theirs).
@@ -15,29 +18,10 @@ var (
 	ErrBodyTooLarge         = errors.New("request body larger than 64 KiB")
 	ErrUnsupportedMediaType = errors.New("request body must be application/json")
 	ErrUnauthorized         = errors.New("missing or unknown API key")
-	ErrInvalidRequest       = errors.New("invalid request")
 	ErrRouteNotFound        = errors.New("no such route")
 	ErrMethodNotAllowed     = errors.New("method not allowed on this route")
 	ErrUnavailable          = errors.New("database unavailable")
 )
-
-// ValidationError names the field that made a request invalid.
-type ValidationError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	if e.Field == "" {
-		return e.Reason
-	}
-	return e.Field + ": " + e.Reason
-}
-
-// Unwrap makes every ValidationError an ErrInvalidRequest.
-func (e *ValidationError) Unwrap() error { return ErrInvalidRequest }
-
-func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
 
 // problemKind is one row of the error table.
 type problemKind struct {
@@ -53,14 +37,18 @@ var problemKinds = []problemKind{
 	{ErrBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "Request body too large"},
 	{ErrUnsupportedMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type"},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	{webhooks.ErrInvalidSignature, http.StatusUnauthorized, "invalid_signature", "Invalid webhook signature"},
+	{ErrUnknownProvider, http.StatusNotFound, "unknown_provider", "Unknown provider"},
 	{idempotency.ErrKeyMissing, http.StatusBadRequest, "idempotency_key_missing", "Idempotency-Key header missing"},
 	{idempotency.ErrKeyInvalid, http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key header invalid"},
-	{ErrInvalidRequest, http.StatusBadRequest, "invalid_request", "Invalid request"},
+	{validate.ErrInvalid, http.StatusBadRequest, "invalid_request", "Invalid request"},
 	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_use", "Request with this Idempotency-Key still in progress"},
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key reused with a different request"},
 	{orders.ErrNotFound, http.StatusNotFound, "order_not_found", "Order not found"},
 	{orders.ErrExists, http.StatusConflict, "order_exists", "Order already exists"},
 	{orders.ErrIllegalTransition, http.StatusConflict, "illegal_transition", "Illegal state transition"},
+	{orders.ErrRefundExceedsAmount, http.StatusUnprocessableEntity, "refund_exceeds_amount", "Refund exceeds the refundable amount"},
+	{payments.ErrRetryLater, http.StatusConflict, "retry_later", "Event arrived before what it depends on; retry later"},
 	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
@@ -106,6 +94,12 @@ func problemFor(err error) Problem {
 	k := kindOf(err)
 	detail := k.title
 	if k.status < 500 {
+		// A business refusal that went through the engine: the client
+		// needs the business reason, not where the engine ran it.
+		var ee *idempotency.ExecError
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
 		detail = err.Error()
 	}
 	return Problem{Type: problemTypeBase + k.code, Title: k.title, Status: k.status, Detail: detail, Code: k.code}

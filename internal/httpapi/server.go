@@ -19,6 +19,8 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // Deps is what the HTTP layer needs; main wires it.
@@ -32,14 +34,11 @@ type Deps struct {
 	APIKeys map[string]string
 	// IdempotencyTTL is the window of merchant requests.
 	IdempotencyTTL time.Duration
-	// Extra registers more routes on the engine (the callbacks package).
-	Extra func(r *gin.Engine, mw Middleware)
-}
-
-// Middleware exposes the shared steps to route packages outside httpapi, so
-// every route runs the same checks in the same order.
-type Middleware struct {
-	ReadBody gin.HandlerFunc
+	Payments       *payments.Service
+	// Verifiers holds one webhook verifier per configured provider.
+	Verifiers map[string]*webhooks.Verifier
+	// CallbackTTL is the window of provider callbacks.
+	CallbackTTL time.Duration
 }
 
 type server struct {
@@ -50,6 +49,10 @@ type server struct {
 	metrics *metrics.Metrics
 	auth    *authenticator
 	ttl     time.Duration
+
+	payments    *payments.Service
+	verifiers   map[string]*webhooks.Verifier
+	callbackTTL time.Duration
 }
 
 // New builds the router.
@@ -62,6 +65,10 @@ func New(d Deps) *gin.Engine {
 		metrics: d.Metrics,
 		auth:    newAuthenticator(d.APIKeys),
 		ttl:     d.IdempotencyTTL,
+
+		payments:    d.Payments,
+		verifiers:   d.Verifiers,
+		callbackTTL: d.CallbackTTL,
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -80,9 +87,8 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/orders", s.createOrder)
 	merchant.GET("/orders/:order_no", s.getOrder)
 	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)
-	if d.Extra != nil {
-		d.Extra(r, Middleware{ReadBody: readBody})
-	}
+	merchant.POST("/orders/:order_no/refunds", s.createRefund)
+	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }
 

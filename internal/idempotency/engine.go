@@ -40,6 +40,21 @@ func (e *InFlightError) RetryAfterSeconds() int {
 	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 }
 
+// ExecError is a failure of the business transaction: the function's own
+// error (a business refusal that is not stored, or a fault), with where it
+// happened. The key has been released.
+type ExecError struct {
+	Key     string
+	Attempt int
+	Err     error
+}
+
+func (e *ExecError) Error() string {
+	return fmt.Sprintf("execute key %q (attempt %d): %v", e.Key, e.Attempt, e.Err)
+}
+
+func (e *ExecError) Unwrap() error { return e.Err }
+
 // InFlightMode says what a duplicate of a running request gets.
 type InFlightMode int
 
@@ -267,7 +282,7 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 			continue
 		}
 		e.release(ctx, req, o)
-		return Result{}, fmt.Errorf("execute key %q (attempt %d): %w", req.Key, attempt, err)
+		return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
 	}
 }
 

@@ -29,7 +29,7 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
 		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt).Error
 	if db.IsDuplicate(err) {
-		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, ErrExists)
+		return fmt.Errorf("merchant_order_no %q: %w by another request", o.MerchantOrderNo, ErrExists)
 	}
 	if err != nil {
 		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, err)
@@ -41,7 +41,7 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID).Row())
 	if err != nil {
-		return Order{}, fmt.Errorf("get order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
 	}
 	return o, nil
 }
@@ -51,7 +51,7 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
 	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ?`, orderNo).Row())
 	if err != nil {
-		return Order{}, fmt.Errorf("get order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
 	}
 	return o, nil
 }
@@ -87,6 +87,10 @@ type Transition struct {
 	MerchantID string
 	From, To   Status
 	At         time.Time
+	// Amount and Currency, if set, must equal the order's: a payment moves
+	// an order to PAID only if it paid exactly what was asked.
+	Amount   int64
+	Currency string
 }
 
 // Apply performs t as one conditional UPDATE. It returns
@@ -108,6 +112,10 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 	if t.MerchantID != "" {
 		q += ` AND merchant_id = ?`
 		args = append(args, t.MerchantID)
+	}
+	if t.Currency != "" {
+		q += ` AND amount = ? AND currency = ?`
+		args = append(args, t.Amount, t.Currency)
 	}
 	res := tx.WithContext(ctx).Exec(q, args...)
 	if res.Error != nil {

@@ -1,0 +1,52 @@
+package httpapi
+
+import (
+	"context"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/validate"
+)
+
+// MaxRefundReason is the longest refund reason, in characters.
+const MaxRefundReason = 255
+
+// refundJSON is the wire form of a refund.
+type refundJSON struct {
+	RefundNo  string `json:"refund_no"`
+	OrderNo   string `json:"order_no"`
+	Amount    int64  `json:"amount"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"created_at"`
+}
+
+// POST /v1/orders/{order_no}/refunds. First request: claim, BEGIN, guarded
+// order UPDATE, refund INSERT, fence, COMMIT = 6 round trips.
+func (s *server) createRefund(c *gin.Context) {
+	merchant := merchantOf(c)
+	req, obj, ok := s.merchantRequest(c, false)
+	if !ok {
+		return
+	}
+	f := validate.New(obj, "")
+	f.Only("amount", "reason")
+	amount := f.Amount("amount")
+	reason := f.Text("reason", false, MaxRefundReason)
+	if err := f.Err(); err != nil {
+		s.fail(c, err)
+		return
+	}
+	orderNo := c.Param("order_no")
+	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		r, err := s.payments.CreateRefund(ctx, tx, merchant, orderNo, amount, reason)
+		return businessResponse(idempotency.Response{
+			Status:      201,
+			ContentType: contentTypeJSON,
+			Body: marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, Amount: r.Amount,
+				Status: r.Status, CreatedAt: formatTime(r.CreatedAt)}),
+		}, err)
+	})
+}
+

@@ -1,0 +1,230 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// NewRefundNo returns "rfd_" and a ULID: unique across instances and
+// time-ordered.
+func NewRefundNo() string { return "rfd_" + ulid.Make().String() }
+
+// Service applies callbacks and creates refunds, inside the transaction it
+// is given (the idempotency engine's), so that the effect and the stored
+// answer commit together.
+type Service struct {
+	now      func() time.Time
+	refundNo func() string
+	log      *slog.Logger
+}
+
+// NewService returns a Service; nil arguments take defaults.
+func NewService(now func() time.Time, refundNo func() string, log *slog.Logger) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	if refundNo == nil {
+		refundNo = NewRefundNo
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{now: now, refundNo: refundNo, log: log}
+}
+
+func (s *Service) at() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// CreateRefund reserves amount on a merchant's paid order and records a
+// PENDING refund. 2 statements: the guarded relative UPDATE of the order
+// and the refund INSERT.
+func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, amount int64, reason string) (Refund, error) {
+	at := s.at()
+	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, amount, at); err != nil {
+		return Refund{}, err
+	}
+	r := Refund{
+		RefundNo:   s.refundNo(),
+		OrderNo:    orderNo,
+		MerchantID: merchantID,
+		Amount:     amount,
+		Reason:     reason,
+		Status:     RefundPending,
+		CreatedAt:  at,
+	}
+	if err := insertRefund(ctx, tx, r); err != nil {
+		return Refund{}, err
+	}
+	return r, nil
+}
+
+// HandleCallback applies one provider event. It returns orders.ErrNotFound
+// for an unknown order and ErrRetryLater for a refund we do not know yet:
+// neither is stored, so the provider's retry is looked at afresh.
+func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
+	switch ev.Type {
+	case PaymentSucceeded:
+		return s.paymentSucceeded(ctx, tx, provider, ev)
+	case PaymentFailed:
+		return s.paymentFailed(ctx, tx, provider, ev)
+	case RefundSucceeded, RefundFailed:
+		return s.refundSettled(ctx, tx, provider, ev)
+	}
+	return "", fmt.Errorf("event type %q: %w", ev.Type, ErrInvalidEvent)
+}
+
+// paymentSucceeded. Applied on the first delivery: payment INSERT, order
+// UPDATE (CREATED → PAID), ledger INSERT = 3 statements. The payment row
+// is written first: it claims the provider transaction, and locks are taken
+// in one order on every payment path (payment, then order).
+func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
+	at := s.at()
+	inserted, err := insertPayment(ctx, tx, provider, ev, statusSucceeded, Applied, at)
+	if err != nil {
+		return "", err
+	}
+	if !inserted {
+		// The transaction was seen before, its callback record has expired.
+		p, err := lockPayment(ctx, tx, provider, ev.TxnID)
+		if err != nil {
+			return "", err
+		}
+		if p.status == statusSucceeded {
+			// Answer as the first time; the unique key kept the effect single.
+			return p.result, nil
+		}
+		// It failed before and succeeds now (a provider retry of the charge).
+		if err := updatePayment(ctx, tx, p.id, statusFailed, statusSucceeded, ev, Applied, at); err != nil {
+			return "", err
+		}
+	}
+	err = orders.Transition{OrderNo: ev.OrderNo, From: orders.Created, To: orders.Paid, At: at,
+		Amount: ev.Amount, Currency: ev.Currency}.Apply(ctx, tx)
+	if err == nil {
+		if err := insertLedger(ctx, tx, provider, ledgerPayment, ev.TxnID, ev.OrderNo, ev.Amount, ev.Currency, at); err != nil {
+			return "", err
+		}
+		return Applied, nil
+	}
+	if !errors.Is(err, orders.ErrIllegalTransition) {
+		return "", err
+	}
+	// Not applied: find out why from the row as it is now.
+	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
+	if err != nil {
+		return "", err
+	}
+	var result Result
+	switch {
+	case ev.Amount != o.Amount || ev.Currency != o.Currency:
+		result = AmountMismatch
+	case o.Status == orders.Closed:
+		result = LatePayment
+	case o.Status == orders.Created:
+		return "", fmt.Errorf("order %s still CREATED after a refused payment transition", o.OrderNo)
+	default:
+		result = DuplicatePayment
+	}
+	if result != AmountMismatch {
+		// Money received for an order that cannot take it: keep it visible
+		// for a refund by hand.
+		s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
+			"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status))
+	}
+	return result, setPaymentResult(ctx, tx, provider, ev.TxnID, result)
+}
+
+// paymentFailed records a failed attempt; only a CREATED order cares.
+func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
+	at := s.at()
+	inserted, err := insertPayment(ctx, tx, provider, ev, statusFailed, Applied, at)
+	if err != nil {
+		return "", err
+	}
+	if !inserted {
+		p, err := lockPayment(ctx, tx, provider, ev.TxnID)
+		if err != nil {
+			return "", err
+		}
+		if p.status == statusFailed {
+			return p.result, nil
+		}
+		// The transaction already succeeded: a failure report is stale.
+		return Ignored, nil
+	}
+	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
+	if err != nil {
+		return "", err
+	}
+	result := Applied
+	switch {
+	case ev.Amount != o.Amount || ev.Currency != o.Currency:
+		result = AmountMismatch
+	case o.Status != orders.Created:
+		result = Ignored
+	}
+	if result == Applied {
+		return Applied, nil
+	}
+	return result, setPaymentResult(ctx, tx, provider, ev.TxnID, result)
+}
+
+// refundSettled applies refund.succeeded or refund.failed. Applied: order
+// locking read, refund locking read, refund UPDATE, order UPDATE, and for a
+// success the ledger INSERT = 5 statements. The order is locked first, as
+// refund creation does.
+func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
+	at := s.at()
+	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
+	if err != nil {
+		return "", err
+	}
+	r, found, err := lockRefund(ctx, tx, ev.RefundNo)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return "", fmt.Errorf("refund %q of order %s: %w", ev.RefundNo, ev.OrderNo, ErrRetryLater)
+	}
+	if r.OrderNo != o.OrderNo || r.Amount != ev.Amount || o.Currency != ev.Currency {
+		s.log.WarnContext(ctx, "refund event does not match the refund; kept for review", "provider", provider,
+			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo)
+		return AmountMismatch, nil
+	}
+	if r.Status != RefundPending {
+		if r.Provider == provider && r.TxnID == ev.TxnID && r.Status == settledStatus(ev.Type) {
+			// This very transaction settled it; its record has expired.
+			return Applied, nil
+		}
+		return Ignored, nil
+	}
+	ok, err := settleRefundRow(ctx, tx, r.RefundNo, settledStatus(ev.Type), provider, ev.TxnID, at)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		// This provider transaction already settled another refund.
+		return AmountMismatch, nil
+	}
+	if ev.Type == RefundFailed {
+		return Applied, orders.ReleaseRefund(ctx, tx, o, r.Amount, at)
+	}
+	if _, err := orders.SettleRefund(ctx, tx, o, r.Amount, at); err != nil {
+		return "", err
+	}
+	return Applied, insertLedger(ctx, tx, provider, ledgerRefund, ev.TxnID, o.OrderNo, r.Amount, o.Currency, at)
+}
+
+func settledStatus(t EventType) string {
+	if t == RefundSucceeded {
+		return RefundSucceededStatus
+	}
+	return RefundFailedStatus
+}

@@ -1,0 +1,135 @@
+package payments
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Store functions take the transaction they must use.
+
+type paymentRow struct {
+	id       int64
+	orderNo  string
+	status   string
+	result   Result
+	amount   int64
+	currency string
+}
+
+// insertPayment records a provider transaction; it reports false if the
+// (provider, txn_id) is already recorded.
+func insertPayment(ctx context.Context, tx *gorm.DB, provider string, ev Event, status string, result Result, at time.Time) (bool, error) {
+	err := tx.WithContext(ctx).Exec(
+		`INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		provider, ev.TxnID, ev.OrderNo, status, result, ev.Amount, ev.Currency, at, at).Error
+	if db.IsDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("record payment %s/%s: %w", provider, ev.TxnID, err)
+	}
+	return true, nil
+}
+
+func lockPayment(ctx context.Context, tx *gorm.DB, provider, txnID string) (paymentRow, error) {
+	var p paymentRow
+	err := tx.WithContext(ctx).Raw(
+		`SELECT id, order_no, status, result, amount, currency FROM payments
+		  WHERE provider = ? AND txn_id = ? FOR UPDATE`, provider, txnID).Row().
+		Scan(&p.id, &p.orderNo, &p.status, &p.result, &p.amount, &p.currency)
+	if err != nil {
+		return paymentRow{}, fmt.Errorf("read payment %s/%s: %w", provider, txnID, err)
+	}
+	return p, nil
+}
+
+// updatePayment rewrites a payment's status and result, if it is still in
+// status from.
+func updatePayment(ctx context.Context, tx *gorm.DB, id int64, from, to string, ev Event, result Result, at time.Time) error {
+	res := tx.WithContext(ctx).Exec(
+		`UPDATE payments SET status = ?, result = ?, order_no = ?, amount = ?, currency = ?, updated_at = ?
+		  WHERE id = ? AND status = ?`, to, result, ev.OrderNo, ev.Amount, ev.Currency, at, id, from)
+	if res.Error != nil {
+		return fmt.Errorf("update payment %d: %w", id, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("update payment %d: no longer %s", id, from)
+	}
+	return nil
+}
+
+func setPaymentResult(ctx context.Context, tx *gorm.DB, provider, txnID string, result Result) error {
+	err := tx.WithContext(ctx).Exec(`UPDATE payments SET result = ? WHERE provider = ? AND txn_id = ?`,
+		result, provider, txnID).Error
+	if err != nil {
+		return fmt.Errorf("record payment result %s/%s: %w", provider, txnID, err)
+	}
+	return nil
+}
+
+func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, orderNo string, amount int64, currency string, at time.Time) error {
+	err := tx.WithContext(ctx).Exec(
+		`INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?)`, provider, kind, txnID, orderNo, amount, currency, at).Error
+	if err != nil {
+		// A duplicate here means a transaction would be booked twice: never
+		// swallow it.
+		return fmt.Errorf("book %s %s/%s: %w", kind, provider, txnID, err)
+	}
+	return nil
+}
+
+func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
+	err := tx.WithContext(ctx).Exec(
+		`INSERT INTO refunds (refund_no, order_no, merchant_id, amount, reason, status, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.RefundNo, r.OrderNo, r.MerchantID, r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt).Error
+	if err != nil {
+		return fmt.Errorf("insert refund for %s: %w", r.OrderNo, err)
+	}
+	return nil
+}
+
+// lockRefund reads a refund with a locking read; found is false if unknown.
+func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, found bool, err error) {
+	var provider, txn sql.NullString
+	err = tx.WithContext(ctx).Raw(
+		`SELECT refund_no, order_no, merchant_id, amount, reason, status, provider, txn_id, created_at
+		   FROM refunds WHERE refund_no = ? FOR UPDATE`, refundNo).Row().
+		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Refund{}, false, nil
+	}
+	if err != nil {
+		return Refund{}, false, fmt.Errorf("read refund %q: %w", refundNo, err)
+	}
+	r.Provider, r.TxnID = provider.String, txn.String
+	return r, true, nil
+}
+
+// settleRefundRow moves a PENDING refund to status to, recording the
+// provider transaction; false if the transaction already settled another
+// refund.
+func settleRefundRow(ctx context.Context, tx *gorm.DB, refundNo, to, provider, txnID string, at time.Time) (bool, error) {
+	res := tx.WithContext(ctx).Exec(
+		`UPDATE refunds SET status = ?, provider = ?, txn_id = ?, updated_at = ?
+		  WHERE refund_no = ? AND status = ?`, to, provider, txnID, at, refundNo, RefundPending)
+	if db.IsDuplicate(res.Error) {
+		return false, nil
+	}
+	if res.Error != nil {
+		return false, fmt.Errorf("settle refund %s: %w", refundNo, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return false, fmt.Errorf("settle refund %s: no longer %s", refundNo, RefundPending)
+	}
+	return true, nil
+}
