@@ -14,6 +14,8 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/internal/reconcile"
+	"gorm.io/gorm"
 )
 
 const usage = `paysvc — idempotent orders and payment callbacks on MySQL/MariaDB
@@ -23,6 +25,7 @@ Usage:
   paysvc migrate up            apply pending migrations
   paysvc migrate down [N]      revert N migrations (all without N)
   paysvc migrate version       print the schema version
+  paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
   paysvc --help                this text
 
 Configuration comes from PAYSVC_* environment variables; see README.md.
@@ -62,6 +65,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, cfg, log, args[1:])
 	case "migrate":
 		return migrateCmd(cfg, stdout, args[1:])
+	case "reconcile":
+		if len(args) > 1 {
+			return usageError("reconcile takes no arguments")
+		}
+		return reconcileCmd(ctx, cfg, stdout)
 	}
 	return usageError("unknown command %q", args[0])
 }
@@ -136,4 +144,33 @@ func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "version %d\n", v)
 	}
 	return nil
+}
+
+// reconcileCmd prints the findings; exit 0 clean, 1 findings, 2 could not
+// run.
+func reconcileCmd(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+	gdb, err := openDB(cfg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer db.Close(gdb)
+	rep, err := reconcile.Run(ctx, gdb)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
+	}
+	rep.Print(stdout)
+	if !rep.Clean() {
+		return &exitError{code: 1, err: fmt.Errorf("reconcile: %d findings", len(rep.Findings))}
+	}
+	return nil
+}
+
+// openDB opens the configured database for an operator command; it does
+// not create or migrate it.
+func openDB(cfg config.Config) (*gorm.DB, error) {
+	dbcfg, err := db.Config(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
+	}
+	return db.Open(dbcfg)
 }
