@@ -25,6 +25,7 @@ Usage:
   paysvc migrate up            apply pending migrations
   paysvc migrate down [N]      revert N migrations (all without N)
   paysvc migrate version       print the schema version
+  paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
   paysvc --help                this text
 
@@ -65,6 +66,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, cfg, log, args[1:])
 	case "migrate":
 		return migrateCmd(cfg, stdout, args[1:])
+	case "purge":
+		if len(args) > 1 {
+			return usageError("purge takes no arguments")
+		}
+		return purgeCmd(ctx, cfg, log, stdout)
 	case "reconcile":
 		if len(args) > 1 {
 			return usageError("reconcile takes no arguments")
@@ -173,4 +179,18 @@ func openDB(cfg config.Config) (*gorm.DB, error) {
 		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
 	}
 	return db.Open(dbcfg)
+}
+
+// purgeCmd runs one retention pass, as serve does every
+// PAYSVC_PURGE_INTERVAL.
+func purgeCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
+	cfg.AutoMigrate = false
+	a, err := app.Open(ctx, cfg, log, app.Options{})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	n, err := a.Purge(ctx)
+	fmt.Fprintf(stdout, "purged %d\n", n)
+	return err
 }

@@ -34,6 +34,7 @@ type App struct {
 	Metrics *metrics.Metrics
 	Engine  *idempotency.Engine
 	Handler http.Handler
+	now     func() time.Time
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -51,7 +52,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
 	}
-	if err := db.EnsureDatabase(ctx, dbcfg); err != nil {
+	if err := waitForDatabase(ctx, dbcfg, log); err != nil {
 		return nil, err
 	}
 	if cfg.AutoMigrate {
@@ -96,7 +97,31 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Verifiers:      verifiers,
 		CallbackTTL:    cfg.CallbackTTL,
 	})
-	return &App{Config: cfg, Log: log, DB: gdb, Metrics: m, Engine: engine, Handler: handler}, nil
+	return &App{Config: cfg, Log: log, DB: gdb, Metrics: m, Engine: engine, Handler: handler, now: now}, nil
+}
+
+// dbStartupWait is how long Open waits for the database server to accept
+// connections: in a compose file or on a rebooting host the service may
+// start first.
+const dbStartupWait = 60 * time.Second
+
+// waitForDatabase creates the database, retrying while the server does not
+// answer yet.
+func waitForDatabase(ctx context.Context, dbcfg *db.MySQLConfig, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, dbStartupWait)
+	defer cancel()
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := db.EnsureDatabase(ctx, dbcfg)
+		if err == nil || db.ServerAnswered(err) {
+			return err
+		}
+		log.Warn("database not reachable yet; retrying", "addr", dbcfg.Addr, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("database %s not reachable within %v: %w", dbcfg.Addr, dbStartupWait, err)
+		case <-time.After(delay):
+		}
+	}
 }
 
 // Verifiers builds one webhook verifier per provider from the configured
@@ -117,6 +142,37 @@ func Verifiers(secrets map[string][]string, tolerance time.Duration, now func() 
 	return out, nil
 }
 
+// Purge runs one retention pass and counts what it removed.
+func (a *App) Purge(ctx context.Context) (int64, error) {
+	return idempotency.Purge(ctx, a.DB, a.now(), a.Config.PurgeBatch, func(deleted int64) {
+		a.Metrics.Purged.Add(float64(deleted))
+	})
+}
+
+// purgeLoop purges every PAYSVC_PURGE_INTERVAL until ctx is done.
+func (a *App) purgeLoop(ctx context.Context) {
+	if a.Config.PurgeInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(a.Config.PurgeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := a.Purge(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.Log.Error("purge failed", "err", err.Error(), "purged", n)
+			continue
+		}
+		if n > 0 {
+			a.Log.Info("purged expired idempotency records", "purged", n)
+		}
+	}
+}
+
 // Close releases the database pool.
 func (a *App) Close() error { return db.Close(a.DB) }
 
@@ -133,6 +189,10 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	purgeDone := make(chan struct{})
+	purgeCtx, stopPurge := context.WithCancel(ctx)
+	defer func() { stopPurge(); <-purgeDone }()
+	go func() { defer close(purgeDone); a.purgeLoop(purgeCtx) }()
 	a.Log.Info("listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:

@@ -38,3 +38,7 @@ func IsLockWaitTimeout(err error) bool { return number(err) == errLockWaitTimeou
 // IsRetryable reports errors after which running the whole transaction again
 // is safe and likely to succeed.
 func IsRetryable(err error) bool { return IsDeadlock(err) || IsLockWaitTimeout(err) }
+
+// ServerAnswered reports an error the server itself sent (bad credentials,
+// unknown database, ...): retrying the same request will not help.
+func ServerAnswered(err error) bool { return number(err) != 0 }

@@ -1,0 +1,42 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Purge deletes the records whose window ended before now, batch rows at a
+// time. Each batch is its own autocommitted DELETE walking idx_expires from
+// the oldest row, so it locks only already-expired index entries, far from
+// where new records land (expires_at = now + window), and holds them for
+// milliseconds: writers go on while it runs. Several instances may purge at
+// once; they at worst wait on each other's rows. onBatch, if not nil, is
+// told each batch's count. Returns the rows deleted.
+func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch func(deleted int64)) (int64, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("purge: batch must be positive, got %d", batch)
+	}
+	var total int64
+	for {
+		res := gdb.WithContext(ctx).Exec(
+			`DELETE FROM idempotency_records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, now.UTC(), batch)
+		if res.Error != nil {
+			if db.IsRetryable(res.Error) && ctx.Err() == nil {
+				continue
+			}
+			return total, fmt.Errorf("purge after %d rows: %w", total, res.Error)
+		}
+		total += res.RowsAffected
+		if onBatch != nil {
+			onBatch(res.RowsAffected)
+		}
+		if res.RowsAffected < int64(batch) {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/idempotency"
+)
+
+// seedRecords bulk-inserts n COMPLETED records expiring at expires, keys
+// prefix0..prefix(n-1).
+func seedRecords(t *testing.T, gdb *gorm.DB, prefix string, n int, expires time.Time) {
+	t.Helper()
+	const chunk = 500
+	for start := 0; start < n; start += chunk {
+		q := `INSERT INTO idempotency_records (scope, idem_key, request_hash, status, response_status, response_type, response_body, created_at, expires_at) VALUES `
+		var args []any
+		for i := start; i < min(start+chunk, n); i++ {
+			if i > start {
+				q += ","
+			}
+			q += "(?, ?, ?, 2, 201, 1, ?, ?, ?)"
+			args = append(args, "m:acme", fmt.Sprintf("%s%d", prefix, i), make([]byte, 32), []byte(`{"ok":true}`), expires.Add(-time.Hour), expires)
+		}
+		if err := gdb.Exec(q, args...).Error; err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+}
+
+// TestPurgeDeletesOnlyExpiredInBatchesWhileWritersWrite: purge removes the
+// expired rows batch by batch, and a concurrent writer claiming new keys
+// through the engine never fails and never loses a key.
+func TestPurgeDeletesOnlyExpiredInBatchesWhileWritersWrite(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	now := time.Now().UTC()
+	const expired, fresh, batch = 2500, 1500, 1000
+	seedRecords(t, d.Gorm, "old-", expired, now.Add(-time.Minute))
+	seedRecords(t, d.Gorm, "new-", fresh, now.Add(time.Hour))
+
+	engine := idempotency.New(d.Gorm, idempotency.Options{})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var written atomic.Int64
+	var wg sync.WaitGroup
+	writerErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			req := idempotency.Request{Scope: "m:acme", Key: fmt.Sprintf("w-%d", i), TTL: time.Hour}
+			_, err := engine.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+				return idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{}`)}, nil
+			})
+			if err != nil {
+				writerErr <- err
+				return
+			}
+			written.Add(1)
+		}
+	}()
+
+	var batches []int64
+	n, err := idempotency.Purge(ctx, d.Gorm, now, batch, func(deleted int64) { batches = append(batches, deleted) })
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	select {
+	case err := <-writerErr:
+		t.Fatalf("writer failed during purge: %v", err)
+	default:
+	}
+	if n != expired {
+		t.Errorf("purged %d, want %d", n, expired)
+	}
+	if want := []int64{1000, 1000, 500}; fmt.Sprint(batches) != fmt.Sprint(want) {
+		t.Errorf("batches %v, want %v", batches, want)
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'old-%'`); got != 0 {
+		t.Errorf("%d expired records left", got)
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'new-%'`); got != fresh {
+		t.Errorf("%d fresh seeded records left, want %d", got, fresh)
+	}
+	if got, w := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'w-%'`), written.Load(); got != w {
+		t.Errorf("%d writer records in the table, writer completed %d", got, w)
+	}
+	t.Logf("purged %d in batches %v while the writer completed %d requests", n, batches, written.Load())
+}
+
+// TestPurgeConcurrentInstances: several purgers at once delete every
+// expired row exactly once between them.
+func TestPurgeConcurrentInstances(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	now := time.Now().UTC()
+	seedRecords(t, d.Gorm, "old-", 3000, now.Add(-time.Minute))
+	seedRecords(t, d.Gorm, "new-", 100, now.Add(time.Minute))
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := idempotency.Purge(context.Background(), d.Gorm, now, 500, nil)
+			if err != nil {
+				t.Errorf("purge: %v", err)
+			}
+			total.Add(n)
+		}()
+	}
+	wg.Wait()
+	if total.Load() != 3000 {
+		t.Errorf("purgers deleted %d in all, want 3000", total.Load())
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records`); got != 100 {
+		t.Errorf("%d records left, want the 100 fresh ones", got)
+	}
+}
+
+func TestPurgeRejectsBadBatch(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	if _, err := idempotency.Purge(context.Background(), d.Gorm, time.Now(), 0, nil); err == nil {
+		t.Fatal("batch 0 accepted")
+	}
+}
