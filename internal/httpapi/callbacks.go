@@ -75,4 +75,3 @@ func (s *server) callback(c *gin.Context) {
 func (s *server) countCallback(provider, typ, result string) {
 	s.metrics.Callbacks.WithLabelValues(provider, typ, result).Inc()
 }
-

@@ -107,9 +107,10 @@ func newAuthenticator(apiKeys map[string]string) *authenticator {
 
 func (a *authenticator) middleware(s *server) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		token, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+		// The scheme name is case-insensitive (RFC 9110 §11.1).
+		scheme, token, ok := strings.Cut(c.GetHeader("Authorization"), " ")
 		merchant := ""
-		if ok && token != "" {
+		if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
 			merchant = a.merchants[sha256.Sum256([]byte(token))]
 		}
 		if merchant == "" {

@@ -49,4 +49,3 @@ func (s *server) createRefund(c *gin.Context) {
 		}, err)
 	})
 }
-

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/api"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
@@ -79,6 +80,7 @@ func New(d Deps) *gin.Engine {
 	r.NoMethod(func(c *gin.Context) { s.fail(c, ErrMethodNotAllowed) })
 
 	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ok"}`)) })
+	r.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, api.ContentType, api.Spec) })
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 

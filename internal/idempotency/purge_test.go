@@ -73,8 +73,16 @@ func TestPurgeDeletesOnlyExpiredInBatchesWhileWritersWrite(t *testing.T) {
 		}
 	}()
 
+	// The writer is running before purge starts and still after it ends.
+	waitWrites := func(target int64) {
+		for written.Load() < target && len(writerErr) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitWrites(20)
 	var batches []int64
 	n, err := idempotency.Purge(ctx, d.Gorm, now, batch, func(deleted int64) { batches = append(batches, deleted) })
+	waitWrites(written.Load() + 20)
 	close(stop)
 	wg.Wait()
 	if err != nil {

@@ -67,3 +67,22 @@ type Order struct {
 func (o Order) Refundable() int64 {
 	return o.Amount - o.RefundedAmount - o.PendingRefundAmount
 }
+
+// ValidNo reports whether s can be an order or refund number at all
+// (CONTRACT §3: at most 32 characters of A-Z a-z 0-9 _ -). Anything else
+// names nothing and is answered without a query: the columns are ASCII, and
+// MySQL and MariaDB refuse to compare them with a non-ASCII string (error
+// 1267, illegal mix of collations), which would turn a client's typo into
+// a 500.
+func ValidNo(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -19,6 +19,9 @@ var ErrRefundExceedsAmount = errors.New("refund exceeds the refundable amount")
 // commit, so decisions taken on it stay true. Callbacks lock the order first
 // and everything else after it, one lock order for all paths.
 func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
+	if !ValidNo(orderNo) {
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+	}
 	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? FOR UPDATE`, orderNo).Row())
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
@@ -33,6 +36,9 @@ func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 // write window exists. On 0 rows a locking read tells why. 1 statement when
 // it succeeds, 2 when it does not.
 func ReserveRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, amount int64, at time.Time) error {
+	if !ValidNo(orderNo) {
+		return fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+	}
 	res := tx.WithContext(ctx).Exec(
 		`UPDATE orders SET pending_refund_amount = pending_refund_amount + ?, version = version + 1, updated_at = ?
 		  WHERE order_no = ? AND merchant_id = ? AND status IN (?, ?)

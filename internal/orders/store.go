@@ -39,6 +39,9 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 
 // Get reads a merchant's order; another merchant's order is ErrNotFound.
 func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
+	if !ValidNo(orderNo) {
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+	}
 	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID).Row())
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
@@ -49,6 +52,9 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 // GetByOrderNo reads an order whoever owns it (provider callbacks carry no
 // merchant).
 func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
+	if !ValidNo(orderNo) {
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+	}
 	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ?`, orderNo).Row())
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
@@ -98,7 +104,7 @@ type Transition struct {
 // not in t.From when the UPDATE ran (rows affected 0): the database, not an
 // earlier read, decides.
 func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
-	if !CanTransition(t.From, t.To) {
+	if !CanTransition(t.From, t.To) || !ValidNo(t.OrderNo) {
 		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
 	}
 	q := `UPDATE orders SET status = ?, version = version + 1, updated_at = ?`

@@ -69,6 +69,11 @@ func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, ord
 // for an unknown order and ErrRetryLater for a refund we do not know yet:
 // neither is stored, so the provider's retry is looked at afresh.
 func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
+	if !orders.ValidNo(ev.OrderNo) {
+		// Checked before the payment row is written: the row's order_no is
+		// an ASCII column.
+		return "", fmt.Errorf("order %q: %w", ev.OrderNo, orders.ErrNotFound)
+	}
 	switch ev.Type {
 	case PaymentSucceeded:
 		return s.paymentSucceeded(ctx, tx, provider, ev)
@@ -186,9 +191,14 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 	if err != nil {
 		return "", err
 	}
-	r, found, err := lockRefund(ctx, tx, ev.RefundNo)
-	if err != nil {
-		return "", err
+	var (
+		r     Refund
+		found bool
+	)
+	if orders.ValidNo(ev.RefundNo) {
+		if r, found, err = lockRefund(ctx, tx, ev.RefundNo); err != nil {
+			return "", err
+		}
 	}
 	if !found {
 		return "", fmt.Errorf("refund %q of order %s: %w", ev.RefundNo, ev.OrderNo, ErrRetryLater)

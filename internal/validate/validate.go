@@ -74,6 +74,10 @@ func (f *Fields) Only(names ...string) error {
 
 func (f *Fields) fail(field, reason string) {
 	if f.err == nil {
+		// Field names can be a client's unknown keys: bound what is echoed.
+		if len(field) > 64 {
+			field = field[:64] + "…"
+		}
 		f.err = Invalid(f.Prefix+field, reason)
 	}
 }
