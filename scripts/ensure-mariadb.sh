@@ -12,8 +12,17 @@ if [ -n "${PAYSVC_TEST_DSN:-}" ]; then
   echo "ensure-mariadb: PAYSVC_TEST_DSN is set; using that server"
   exit 0
 fi
+# The test suite runs many databases in parallel, and the fault suite
+# several server processes, each with a pool of up to 32 connections: the
+# default limit of 151 is too low for all of them at once.
+raise_limits() {
+  mariadb --protocol=tcp -h127.0.0.1 -P3306 -uroot -e 'SET GLOBAL max_connections = GREATEST(@@max_connections, 1000)' \
+    || echo "ensure-mariadb: could not raise max_connections (continuing)" >&2
+}
+
 if ping_tcp; then
   echo "ensure-mariadb: MariaDB is up"
+  raise_limits
   exit 0
 fi
 
@@ -44,7 +53,7 @@ if ! ping_tcp; then
   mariadb -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; FLUSH PRIVILEGES;" || true
 fi
 for _ in $(seq 1 30); do
-  if ping_tcp; then echo "ensure-mariadb: MariaDB is up"; exit 0; fi
+  if ping_tcp; then echo "ensure-mariadb: MariaDB is up"; raise_limits; exit 0; fi
   sleep 1
 done
 echo "ensure-mariadb: MariaDB did not come up on 127.0.0.1:3306" >&2

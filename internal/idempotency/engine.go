@@ -175,57 +175,15 @@ const (
 func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 	waitUntil := e.opts.Now().Add(e.opts.InFlightWait)
 	poll := firstPoll
-	insert := true
 	for range maxRounds {
-		now := e.opts.Now().UTC()
-		if insert {
-			o := newOwner()
-			won, err := insertClaim(ctx, e.db, req, o, now, now.Add(e.opts.Lease))
-			if err != nil {
-				return Result{}, err
-			}
-			if won {
-				res, err := e.execute(ctx, req, o, OutcomeFirst, fn)
-				if !errors.Is(err, errLeaseLost) {
-					return res, err
-				}
-			}
-		}
-		rec, found, err := load(ctx, e.db, req)
-		if err != nil {
-			return Result{}, err
-		}
-		insert = true
-		switch {
-		case !found:
-			// Released or purged since our INSERT: claim again.
-			continue
-		case !rec.expiresAt.After(now):
-			if err := deleteExpired(ctx, e.db, req, now); err != nil {
-				return Result{}, err
-			}
-			continue
-		case rec.hash != req.Fingerprint:
-			return Result{}, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
-		case rec.status == statusCompleted:
-			return Result{Response: rec.response, Outcome: OutcomeReplayed}, nil
-		case !rec.leaseUntil.After(now):
-			o := newOwner()
-			won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
-			if err != nil {
-				return Result{}, err
-			}
-			if won {
-				e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-				res, err := e.execute(ctx, req, o, OutcomeTakenOver, fn)
-				if !errors.Is(err, errLeaseLost) {
-					return res, err
-				}
-			}
-			insert = false
+		res, st, err := e.round(ctx, req, fn)
+		switch st {
+		case answered:
+			return res, err
+		case again:
 			continue
 		}
-		// In flight.
+		now := e.opts.Now()
 		if e.opts.InFlight == Reject || !now.Before(waitUntil) {
 			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
 		}
@@ -233,9 +191,69 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 			return Result{}, fmt.Errorf("wait for key %q: %w", req.Key, err)
 		}
 		poll = min(2*poll, maxPoll)
-		insert = false
 	}
 	return Result{}, fmt.Errorf("key %q: no decision after %d rounds", req.Key, maxRounds)
+}
+
+// roundState is how one round ended.
+type roundState int
+
+const (
+	answered roundState = iota // a response or an error to return
+	inFlight                   // another request holds the key
+	again                      // the record changed under us: claim again now
+)
+
+// round tries to claim the key and, if another request has it, acts on its
+// record: 2 statements for a replay (INSERT → 1062, SELECT).
+func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, roundState, error) {
+	now := e.opts.Now().UTC()
+	o := newOwner()
+	claim, err := insertClaim(ctx, e.db, req, o, now, now.Add(e.opts.Lease))
+	switch {
+	case err != nil:
+		return Result{}, answered, err
+	case claim == claimWon:
+		return e.executed(e.execute(ctx, req, o, OutcomeFirst, fn))
+	case claim == claimLocked:
+		return Result{}, inFlight, nil
+	}
+	rec, found, err := load(ctx, e.db, req)
+	switch {
+	case err != nil:
+		return Result{}, answered, err
+	case !found:
+		// Released or purged since our INSERT.
+		return Result{}, again, nil
+	case !rec.expiresAt.After(now):
+		// The window is over: the key is new, even before purge runs.
+		return Result{}, again, deleteExpired(ctx, e.db, req, now)
+	case rec.hash != req.Fingerprint:
+		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
+	case rec.status == statusCompleted:
+		return Result{Response: rec.response, Outcome: OutcomeReplayed}, answered, nil
+	case rec.leaseUntil.After(now):
+		return Result{}, inFlight, nil
+	}
+	// PROCESSING with its lease run out: the holder is presumed dead.
+	won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
+	if err != nil {
+		return Result{}, answered, err
+	}
+	if !won {
+		return Result{}, again, nil
+	}
+	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
+	return e.executed(e.execute(ctx, req, o, OutcomeTakenOver, fn))
+}
+
+// executed maps execute's answer to a round state: a lost fence means
+// another request holds the key now.
+func (e *Engine) executed(res Result, err error) (Result, roundState, error) {
+	if errors.Is(err, errLeaseLost) {
+		return Result{}, inFlight, nil
+	}
+	return res, answered, err
 }
 
 // execute runs fn and the fence in one transaction, retrying the whole

@@ -54,21 +54,34 @@ type record struct {
 	response   Response
 }
 
-// insertClaim is the arbiter: one autocommitted INSERT. It reports false,
-// nil when the key is already claimed.
-func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, leaseUntil time.Time) (bool, error) {
+// claim outcomes of insertClaim.
+type claimResult int
+
+const (
+	claimWon claimResult = iota
+	// claimExists: the key has a record; read it.
+	claimExists
+	// claimLocked: the INSERT timed out waiting for the record's row lock,
+	// which only a holder between its fence and its COMMIT keeps: in flight.
+	claimLocked
+)
+
+// insertClaim is the arbiter: one autocommitted INSERT.
+func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, leaseUntil time.Time) (claimResult, error) {
 	err := gdb.WithContext(ctx).Exec(
 		`INSERT INTO idempotency_records
 		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		req.Scope, req.Key, req.Fingerprint[:], statusProcessing, o[:], leaseUntil, now, now.Add(req.TTL)).Error
-	if db.IsDuplicate(err) {
-		return false, nil
+	switch {
+	case err == nil:
+		return claimWon, nil
+	case db.IsDuplicate(err):
+		return claimExists, nil
+	case db.IsLockWaitTimeout(err):
+		return claimLocked, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("claim %q: %w", req.Key, err)
-	}
-	return true, nil
+	return claimExists, fmt.Errorf("claim %q: %w", req.Key, err)
 }
 
 // load reads the record of req's key; found is false if there is none.
