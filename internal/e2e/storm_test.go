@@ -64,6 +64,8 @@ func TestStorm(t *testing.T) {
 						defer done.Done()
 						ready.Done()
 						<-start // the barrier: everybody goes at once
+						// createUntilFinal fails the run on a 409 in use
+						// without an integer Retry-After.
 						r := &runs[k][c]
 						r.final, r.trace, r.err = createUntilFinal(context.Background(), svc.url, key, body, !retryOn500)
 					}()

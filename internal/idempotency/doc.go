@@ -8,7 +8,10 @@
 // PROCESSING record (request hash, owner token, lease_until, expires_at).
 // The primary key (scope, idem_key) arbitrates: of any number of concurrent
 // duplicates exactly one INSERT succeeds; the others get 1062 at once (the
-// row is committed, so nobody waits on a lock) and read the record:
+// row is committed, so nobody waits on a lock — except in the instant
+// between a holder's fence and its COMMIT, when the fence's row lock makes a
+// duplicate's INSERT wait for that commit; a wait that times out counts as
+// in flight) and read the record:
 //
 //   - another request hash              → ErrKeyReused (422), nothing runs;
 //   - COMPLETED                         → the stored response (replay);

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/db/dbtest"
+)
+
+// TestWindowHonouredOnRead: a record replays for its window and not a
+// moment longer, whether or not purge has run (it never runs here). Past
+// the window the same key and body are a new request: it executes, and the
+// unique merchant_order_no, the permanent backstop, answers 409
+// order_exists instead of creating the order again.
+func TestWindowHonouredOnRead(t *testing.T) {
+	t.Parallel()
+	const window = time.Hour
+	d := dbtest.New(t)
+	clock := newFakeClock()
+	svc := newService(t, d, func(c *config.Config) { c.IdempotencyTTL = window }, app.Options{Now: clock.Now})
+	const key = "window-1"
+	body := createBody("mo-window")
+
+	steps := []struct {
+		name string
+		at   time.Duration // since the first request, on the injected clock
+		// The answer wanted; a replay must also repeat the previous answer
+		// byte for byte.
+		status   int
+		replayed bool
+		code     string
+	}{
+		{"first request", 0, http.StatusCreated, false, ""},
+		{"59m: inside the window", 59 * time.Minute, http.StatusCreated, true, ""},
+		{"1µs before the end", window - time.Microsecond, http.StatusCreated, true, ""},
+		{"61m: past the window, a new request", 61 * time.Minute, http.StatusConflict, false, "order_exists"},
+		// The new execution's answer is stored like any other, in a new window.
+		{"62m: the 409 replays", 62 * time.Minute, http.StatusConflict, true, "order_exists"},
+	}
+	start := clock.Now()
+	var created, prev answer
+	for _, s := range steps {
+		clock.Advance(start.Add(s.at).Sub(clock.Now()))
+		a, err := postCreate(context.Background(), svc.url, key, body)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if a.Status != s.status || a.Replayed != s.replayed || a.Code != s.code {
+			t.Errorf("%s: %v, want %d replayed=%t code=%q", s.name, a, s.status, s.replayed, s.code)
+		}
+		if s.at == 0 {
+			created = a
+		}
+		if s.replayed && (!bytes.Equal(a.Body, prev.Body) || a.Location != prev.Location) {
+			t.Errorf("%s: replayed %s (Location %q), want the stored %s (Location %q)",
+				s.name, a.Body, a.Location, prev.Body, prev.Location)
+		}
+		prev = a
+		if n := countOrders(t, d); n != 1 {
+			t.Fatalf("%s: %d orders, want exactly 1", s.name, n)
+		}
+	}
+	assertTables(t, d, 1, 1)
+	// The one record is the new window's: its answer is the 409, and its
+	// window starts at 61m.
+	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records
+		WHERE idem_key = ? AND response_status = 409 AND created_at = ? AND expires_at = ?`,
+		key, start.Add(61*time.Minute), start.Add(61*time.Minute+window)); n != 1 {
+		t.Errorf("the key's record is not the new window's 409 (%d matching rows)", n)
+	}
+	if stored := orderNos(t, d)["mo-window"]; stored != created.orderNo() {
+		t.Errorf("stored order %q, first answered %q", stored, created.orderNo())
+	}
+}
