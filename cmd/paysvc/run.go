@@ -13,6 +13,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/experiments"
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"gorm.io/gorm"
@@ -26,7 +27,9 @@ Usage:
   paysvc migrate down [N]      revert N migrations (all without N)
   paysvc migrate version       print the schema version
   paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
+  paysvc demo                  the tour: serve + a simulated provider paying orders, then reconcile
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
+  paysvc experiments [name...] re-measure docs/EXPERIMENTS.md in scratch databases (check-then-insert, commit-order, window, claim-styles; none = all)
   paysvc --help                this text
 
 Configuration comes from PAYSVC_* environment variables; see README.md.
@@ -76,6 +79,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError("reconcile takes no arguments")
 		}
 		return reconcileCmd(ctx, cfg, stdout)
+	case "demo":
+		if len(args) > 1 {
+			return usageError("demo takes no arguments")
+		}
+		return demoCmd(ctx, cfg, stdout, stderr)
+	case "experiments":
+		return experiments.Run(ctx, cfg.DSN, args[1:], stdout, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
 	}
 	return usageError("unknown command %q", args[0])
 }
@@ -174,11 +184,19 @@ func reconcileCmd(ctx context.Context, cfg config.Config, stdout io.Writer) erro
 // openDB opens the configured database for an operator command; it does
 // not create or migrate it.
 func openDB(cfg config.Config) (*gorm.DB, error) {
+	dbcfg, err := dbConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return db.Open(dbcfg)
+}
+
+func dbConfig(cfg config.Config) (*db.MySQLConfig, error) {
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
 	}
-	return db.Open(dbcfg)
+	return dbcfg, nil
 }
 
 // purgeCmd runs one retention pass, as serve does every
