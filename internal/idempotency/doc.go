@@ -18,7 +18,9 @@
 //   - PROCESSING, lease still running   → in flight: ErrInFlight with a
 //     Retry-After (reject mode), or poll until it completes (wait mode);
 //   - PROCESSING, lease run out         → take it over with one conditional
-//     UPDATE naming the old owner; of concurrent takers one wins;
+//     UPDATE naming the old owner; of concurrent takers one wins. This is
+//     checked before the fingerprint: a dead holder stored nothing, so, as
+//     after a 5xx, the key is bound to whichever request takes it next;
 //   - past expires_at                   → the window is over: the record is
 //     deleted and the key claimed anew, even before purge has run.
 //

@@ -228,14 +228,17 @@ func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, round
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
 		return Result{}, again, deleteExpired(ctx, e.db, req, now)
+	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
+		// Fall through to the take-over: the holder is presumed dead, and
+		// a dead holder stored nothing, so the key is bound to no request
+		// any more — whatever this one asks, as after a 5xx.
 	case rec.hash != req.Fingerprint:
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
 		return Result{Response: rec.response, Outcome: OutcomeReplayed}, answered, nil
-	case rec.leaseUntil.After(now):
+	default:
 		return Result{}, inFlight, nil
 	}
-	// PROCESSING with its lease run out: the holder is presumed dead.
 	won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
 		return Result{}, answered, err

@@ -123,13 +123,14 @@ func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found boo
 	return rec, true, nil
 }
 
-// takeOver moves an expired lease from old to o; of concurrent takers the
-// one whose UPDATE matches the old owner wins.
+// takeOver moves an expired lease from old to o, binding the key to req's
+// fingerprint; of concurrent takers the one whose UPDATE matches the old
+// owner wins.
 func takeOver(ctx context.Context, gdb *gorm.DB, req Request, old, o owner, now, leaseUntil time.Time) (bool, error) {
 	res := gdb.WithContext(ctx).Exec(
-		`UPDATE idempotency_records SET owner = ?, lease_until = ?
+		`UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
 		  WHERE scope = ? AND idem_key = ? AND status = ? AND owner = ? AND lease_until <= ?`,
-		o[:], leaseUntil, req.Scope, req.Key, statusProcessing, old[:], now)
+		o[:], leaseUntil, req.Fingerprint[:], req.Scope, req.Key, statusProcessing, old[:], now)
 	if res.Error != nil {
 		return false, fmt.Errorf("take over key %q: %w", req.Key, res.Error)
 	}
