@@ -91,16 +91,11 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 // in one order on every payment path (payment, then order).
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
-	inserted, err := insertPayment(ctx, tx, provider, ev, statusSucceeded, Applied, at)
+	p, seen, err := recordTxn(ctx, tx, provider, ev, statusSucceeded, at)
 	if err != nil {
 		return "", err
 	}
-	if !inserted {
-		// The transaction was seen before, its callback record has expired.
-		p, err := lockPayment(ctx, tx, provider, ev.TxnID)
-		if err != nil {
-			return "", err
-		}
+	if seen {
 		if p.status == statusSucceeded {
 			// Answer as the first time; the unique key kept the effect single.
 			return p.result, nil
@@ -149,15 +144,11 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 // paymentFailed records a failed attempt; only a CREATED order cares.
 func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
-	inserted, err := insertPayment(ctx, tx, provider, ev, statusFailed, Applied, at)
+	p, seen, err := recordTxn(ctx, tx, provider, ev, statusFailed, at)
 	if err != nil {
 		return "", err
 	}
-	if !inserted {
-		p, err := lockPayment(ctx, tx, provider, ev.TxnID)
-		if err != nil {
-			return "", err
-		}
+	if seen {
 		if p.status == statusFailed {
 			return p.result, nil
 		}
@@ -230,6 +221,19 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		return "", err
 	}
 	return Applied, insertLedger(ctx, tx, provider, ledgerRefund, ev.TxnID, o.OrderNo, r.Amount, o.Currency, at)
+}
+
+// recordTxn writes the payment row of a provider transaction, tentatively
+// applied. If the transaction is already recorded (seen), it returns that
+// row, locked: its callback record has expired and the provider sent it
+// again, so the unique (provider, txn_id) decides, not the window.
+func recordTxn(ctx context.Context, tx *gorm.DB, provider string, ev Event, status string, at time.Time) (paymentRow, bool, error) {
+	inserted, err := insertPayment(ctx, tx, provider, ev, status, Applied, at)
+	if err != nil || inserted {
+		return paymentRow{}, false, err
+	}
+	p, err := lockPayment(ctx, tx, provider, ev.TxnID)
+	return p, true, err
 }
 
 func settledStatus(t EventType) string {
