@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -212,6 +213,9 @@ func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, round
 	claim, err := insertClaim(ctx, e.db, req, o, now, now.Add(e.opts.Lease))
 	switch {
 	case err != nil:
+		// The INSERT may have committed before the connection failed; we
+		// ran nothing, so free the key now rather than after the lease.
+		e.release(ctx, req, o)
 		return Result{}, answered, err
 	case claim == claimWon:
 		return e.executed(e.execute(ctx, req, o, OutcomeFirst, fn))
@@ -241,6 +245,7 @@ func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, round
 	}
 	won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
+		e.release(ctx, req, o)
 		return Result{}, answered, err
 	}
 	if !won {
@@ -273,7 +278,7 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		var resp Response
+		var resp Response // set once everything but COMMIT has succeeded
 		err = e.db.WithContext(txCtx).Transaction(func(tx *gorm.DB) error {
 			r, err := fn(txCtx, tx)
 			if err != nil {
@@ -302,9 +307,33 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 		if db.IsRetryable(err) && attempt < e.opts.MaxAttempts && txCtx.Err() == nil {
 			continue
 		}
+		if resp.Status != 0 {
+			// Everything ran; only COMMIT failed, and a COMMIT whose
+			// connection dropped may have succeeded on the server.
+			if res, ok := e.committedAnyway(ctx, req, resp, outcome); ok {
+				return res, nil
+			}
+		}
 		e.release(ctx, req, o)
 		return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
 	}
+}
+
+// committedAnyway reads the record after a failed COMMIT. If it is
+// COMPLETED for this request, the commit went through: answer with what was
+// stored (this request's own response, unless another holder's committed
+// first), instead of a 5xx that would contradict the stored outcome.
+func (e *Engine) committedAnyway(ctx context.Context, req Request, resp Response, outcome Outcome) (Result, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rec, found, err := load(ctx, e.db, req)
+	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint {
+		return Result{}, false
+	}
+	if rec.response.Status != resp.Status || !bytes.Equal(rec.response.Body, resp.Body) {
+		outcome = OutcomeReplayed
+	}
+	return Result{Response: rec.response, Outcome: outcome}, true
 }
 
 // release frees the claim even if the request's context is done: a client
