@@ -1,0 +1,114 @@
+package experiments
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// scratch is a database that exists for one experiment only.
+type scratch struct {
+	cfg  *mysql.Config
+	gorm *gorm.DB
+	sql  *sql.DB // the pool behind gorm, for raw statements
+}
+
+// newScratch creates a uniquely named database on serverDSN's server (its
+// database name, if any, is ignored) and opens a pool on it with the
+// service's settings (db.Config, db.Open). Close drops it.
+func newScratch(ctx context.Context, serverDSN, tag string) (*scratch, error) {
+	base, err := mysql.ParseDSN(serverDSN)
+	if err != nil {
+		return nil, fmt.Errorf("scratch: parse dsn: %w", err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	base.DBName = "paysvc_x_" + tag + "_" + hex.EncodeToString(suffix)
+	cfg, err := db.Config(base.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("scratch: %w", err)
+	}
+	if err := db.EnsureDatabase(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("scratch: %w", err)
+	}
+	s := &scratch{cfg: cfg}
+	if s.gorm, err = db.Open(cfg); err != nil {
+		_ = s.drop()
+		return nil, fmt.Errorf("scratch: %w", err)
+	}
+	if s.sql, err = s.gorm.DB(); err != nil {
+		_ = db.Close(s.gorm)
+		_ = s.drop()
+		return nil, fmt.Errorf("scratch: %w", err)
+	}
+	return s, nil
+}
+
+// DSN is the scratch database's DSN, for code that opens its own pool.
+func (s *scratch) DSN() string { return s.cfg.FormatDSN() }
+
+// Close closes the pool and drops the database. It runs on its own
+// deadline, so that a cancelled run still cleans up.
+func (s *scratch) Close() error {
+	if s.gorm != nil {
+		_ = db.Close(s.gorm)
+	}
+	return s.drop()
+}
+
+func (s *scratch) drop() error {
+	server := s.cfg.Clone()
+	server.DBName = ""
+	conn, err := sql.Open("mysql", server.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("scratch: drop %s: %w", s.cfg.DBName, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db.QuoteIdent(s.cfg.DBName)); err != nil {
+		return fmt.Errorf("scratch: drop %s: %w", s.cfg.DBName, err)
+	}
+	return nil
+}
+
+// exec runs DDL or other statements in order.
+func (s *scratch) exec(ctx context.Context, stmts ...string) error {
+	for _, q := range stmts {
+		if _, err := s.sql.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%.60s...: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// count runs a query returning one integer.
+func (s *scratch) count(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	if err := s.sql.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s: %w", query, err)
+	}
+	return n, nil
+}
+
+// withScratch runs fn on a fresh scratch database and drops it afterwards.
+func withScratch(ctx context.Context, serverDSN, tag string, fn func(*scratch) error) (err error) {
+	s, err := newScratch(ctx, serverDSN, tag)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := s.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	return fn(s)
+}
