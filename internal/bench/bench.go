@@ -1,0 +1,400 @@
+// Package bench measures paysvc against the raw-SQL limit of what it does,
+// in one run against one scratch database (see docs/BENCHMARKS.md):
+//
+//	callbacks  (a) the statements of a payment.succeeded callback issued with
+//	           database/sql, against (b) paysvc over HTTP; a third duplicates
+//	orders     (c) POST /v1/orders against its raw-SQL equivalent
+//	storage    (d) bytes per idempotency record
+//	purge      (e) a writer's latency without and during purge
+//
+// Cells run interleaved, raw then service, round after round, so that a
+// noisy neighbour on a shared machine hits both sides alike. Nothing here
+// asserts a target: the report says met or MISSED.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Section names, and the letters of the brief that name them too.
+const (
+	SectionCallbacks = "callbacks"
+	SectionOrders    = "orders"
+	SectionStorage   = "storage"
+	SectionPurge     = "purge"
+	// SectionRoundTrips lists the statements the server receives per
+	// request, through a recording proxy (a few requests, no timing).
+	SectionRoundTrips = "roundtrips"
+)
+
+var sectionAliases = map[string]string{
+	"a": SectionCallbacks, "b": SectionCallbacks, SectionCallbacks: SectionCallbacks,
+	"c": SectionOrders, SectionOrders: SectionOrders,
+	"d": SectionStorage, SectionStorage: SectionStorage,
+	"e": SectionPurge, SectionPurge: SectionPurge,
+	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
+}
+
+// Options are the command's flags.
+type Options struct {
+	Ns           []int
+	Duration     time.Duration
+	Warmup       time.Duration
+	Count        int
+	Rounds       int
+	Skip         map[string]bool
+	Quick        bool
+	CPUProfile   string
+	MemProfile   string
+	StorageRows  int
+	PurgeRows    int
+	PurgeBatch   int
+	PurgeWriters int
+	// Args is the command line as given, printed at the top.
+	Args []string
+}
+
+// ParseFlags reads the command line. -quick changes the defaults of every
+// size flag not given explicitly.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := Options{Args: args, Skip: map[string]bool{}}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e)")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
+	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
+	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved raw/service rounds per cell (and purge rounds)")
+	fs.BoolVar(&o.Quick, "quick", false, "small sizes, a smoke run for CI (well under 30 s)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the callbacks section to `file` (labels side=raw|client|server)")
+	fs.StringVar(&o.MemProfile, "memprofile", "", "write an allocation profile to `file` after the callbacks section")
+	fs.IntVar(&o.StorageRows, "storage-rows", 300_000, "records per storage table")
+	fs.IntVar(&o.PurgeRows, "purge-rows", 150_000, "expired records, and as many fresh ones, for the purge section")
+	fs.IntVar(&o.PurgeBatch, "purge-batch", 5000, "purge batch size")
+	fs.IntVar(&o.PurgeWriters, "purge-writers", 1, "concurrent writers during the purge section")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./cmd/bench [flags]\n\nMeasures paysvc against its raw-SQL limit in a scratch database on PAYSVC_DSN's\nserver (else PAYSVC_TEST_DSN's, else root@127.0.0.1:3306), dropped at the end.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.Quick {
+		quick := map[string]func(){
+			"duration":     func() { o.Duration = 300 * time.Millisecond },
+			"warmup":       func() { o.Warmup = 100 * time.Millisecond },
+			"rounds":       func() { o.Rounds = 1 },
+			"storage-rows": func() { o.StorageRows = 2000 },
+			"purge-rows":   func() { o.PurgeRows = 3000 },
+			"purge-batch":  func() { o.PurgeBatch = 1000 },
+		}
+		for name, apply := range quick {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
+	for _, f := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1024 {
+			return o, fmt.Errorf("-n: %q is not a number of workers from 1 to 1024", f)
+		}
+		o.Ns = append(o.Ns, n)
+	}
+	for _, f := range strings.Split(*skip, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		name, ok := sectionAliases[f]
+		if !ok {
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge)", f)
+		}
+		o.Skip[name] = true
+	}
+	switch {
+	case o.Duration <= 0 && o.Count <= 0:
+		return o, errors.New("-duration must be positive (or give -count)")
+	case o.Warmup < 0:
+		return o, errors.New("-warmup must not be negative")
+	case o.Rounds < 1:
+		return o, errors.New("-rounds must be at least 1")
+	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1:
+		return o, errors.New("-storage-rows, -purge-rows, -purge-batch and -purge-writers must be at least 1")
+	}
+	return o, nil
+}
+
+// Machine is what the numbers were measured on.
+type Machine struct {
+	NumCPU, GOMAXPROCS int
+	GoVersion          string
+	OS                 string
+	DBVersion          string
+	BufferPool         int64
+	FlushAtCommit      string
+	LoadStart, LoadEnd string
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Machine    Machine
+	RoundTrips []RoundTrips
+	Callbacks  []Comparison
+	Orders     []Comparison
+	Storage    []Storage
+	Purge      *Purge
+}
+
+type bench struct {
+	opts   Options
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Run measures every section not skipped and prints the tables to stdout
+// (progress goes to stderr). The scratch database is dropped at the end,
+// whatever happened.
+func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, stderr io.Writer) (rep *Report, err error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	b := &bench{opts: opts, stdout: stdout, stderr: stderr}
+	rep = &Report{Machine: Machine{NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg()}}
+
+	sc, err := newScratch(ctx, ServerDSN(getenv))
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		if derr := sc.drop(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+	raw, err := sc.openRaw()
+	if err != nil {
+		return rep, err
+	}
+	defer raw.Close()
+	m := &rep.Machine
+	if err := raw.QueryRowContext(ctx, `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit`).
+		Scan(&m.DBVersion, &m.BufferPool, &m.FlushAtCommit); err != nil {
+		return rep, fmt.Errorf("server version: %w", err)
+	}
+	b.header(rep.Machine, sc.cfg.DBName)
+
+	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] {
+		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
+			return rep, err
+		}
+	}
+	if !opts.Skip[SectionStorage] {
+		fmt.Fprintf(stdout, "\n== (d) storage: bytes per idempotency record, COMPLETED records in arrival order, random keys ==\n")
+		st, err := b.storage(ctx, raw)
+		rep.Storage = st
+		if err != nil {
+			return rep, fmt.Errorf("storage: %w", err)
+		}
+		printStorage(stdout, st)
+	}
+	if !opts.Skip[SectionPurge] {
+		fmt.Fprintf(stdout, "\n== (e) purge under load ==\n")
+		p, err := b.purge(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("purge: %w", err)
+		}
+		rep.Purge = &p
+		printPurge(stdout, p)
+	}
+	rep.Machine.LoadEnd = loadAvg()
+	b.summary(rep)
+	return rep, nil
+}
+
+// httpSections runs (a)+(b) and (c): one service, one raw pool, one
+// supply of orders to pay.
+func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *scratch) (err error) {
+	svc, err := startService(ctx, sc.dsn, slices.Max(b.opts.Ns))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := svc.stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop service: %w", serr))
+		}
+	}()
+	supply := &orderSupply{raw: raw}
+	if !b.opts.Skip[SectionRoundTrips] {
+		fmt.Fprintf(b.stdout, "\n== round trips: what the server receives per paysvc request (second instance behind a recording proxy) ==\n")
+		rts, err := b.roundTrips(ctx, sc, supply)
+		rep.RoundTrips = rts
+		if err != nil {
+			return fmt.Errorf("round trips: %w", err)
+		}
+		printRoundTrips(b.stdout, rts)
+	}
+	if !b.opts.Skip[SectionCallbacks] {
+		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
+		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
+		stopProfile, err := b.startCPUProfile()
+		if err != nil {
+			return err
+		}
+		for _, n := range b.opts.Ns {
+			rawSide := &side{name: "raw", label: "raw", prepare: supply.ensure,
+				newOp: func(int) opFunc { return rawCallbackOp(raw, supply) }}
+			svcSide := &side{name: "service", label: "client", prepare: supply.ensure,
+				newOp: func(w int) opFunc { return serviceCallbackOp(svc, supply, w) }}
+			c, err := b.compare(ctx, SectionCallbacks, n, rawSide, svcSide)
+			if err != nil {
+				stopProfile()
+				return fmt.Errorf("callbacks: %w", err)
+			}
+			rep.Callbacks = append(rep.Callbacks, c)
+			printComparison(b.stdout, c)
+		}
+		stopProfile()
+		if err := b.writeMemProfile(); err != nil {
+			return err
+		}
+	}
+	if !b.opts.Skip[SectionOrders] {
+		fmt.Fprintf(b.stdout, "\n== (c) POST /v1/orders: raw SQL vs paysvc over HTTP; 1/3 repeats (same Idempotency-Key and body) ==\n")
+		fmt.Fprintf(b.stdout, "  first: claim INSERT; BEGIN; order INSERT; fence UPDATE; COMMIT — repeat: claim (1062) + SELECT\n")
+		for _, n := range b.opts.Ns {
+			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return rawOrderOp(raw) }}
+			svcSide := &side{name: "service", label: "client", newOp: func(int) opFunc { return serviceOrderOp(svc) }}
+			c, err := b.compare(ctx, SectionOrders, n, rawSide, svcSide)
+			if err != nil {
+				return fmt.Errorf("orders: %w", err)
+			}
+			rep.Orders = append(rep.Orders, c)
+			printComparison(b.stdout, c)
+		}
+	}
+	return nil
+}
+
+func (b *bench) startCPUProfile() (stop func(), err error) {
+	if b.opts.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.opts.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		fmt.Fprintf(b.stderr, "CPU profile of the callbacks section in %s; the service's part: go tool pprof -top -tagfocus=side=server %s\n",
+			b.opts.CPUProfile, b.opts.CPUProfile)
+	}, nil
+}
+
+func (b *bench) writeMemProfile() error {
+	if b.opts.MemProfile == "" {
+		return nil
+	}
+	f, err := os.Create(b.opts.MemProfile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.stderr, "allocation profile in %s: go tool pprof -sample_index=alloc_space -top %s\n", b.opts.MemProfile, b.opts.MemProfile)
+	return nil
+}
+
+func (b *bench) header(m Machine, dbName string) {
+	w := b.stdout
+	fmt.Fprintf(w, "command: %s\n", commandLine(b.opts.Args))
+	fmt.Fprintf(w, "machine: %d CPUs (GOMAXPROCS %d), %s, %s; load average at start %s\n",
+		m.NumCPU, m.GOMAXPROCS, m.OS, m.GoVersion, m.LoadStart)
+	fmt.Fprintf(w, "server:  %s, innodb_buffer_pool_size %d MiB, innodb_flush_log_at_trx_commit %s; scratch database %s\n",
+		m.DBVersion, m.BufferPool>>20, m.FlushAtCommit, dbName)
+	mode := fmt.Sprintf("%v measured after %v warm-up", b.opts.Duration, b.opts.Warmup)
+	if b.opts.Count > 0 {
+		mode = fmt.Sprintf("%d operations measured after %v warm-up", b.opts.Count, b.opts.Warmup)
+	}
+	fmt.Fprintf(w, "cells:   N = %v; %s; %d interleaved rounds (raw, service, raw, service, ...); client, service and raw baseline share this process\n",
+		b.opts.Ns, mode, b.opts.Rounds)
+	var skipped []string
+	for s := range b.opts.Skip {
+		skipped = append(skipped, s)
+	}
+	slices.Sort(skipped)
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "skipped: %s\n", strings.Join(skipped, ", "))
+	}
+}
+
+// summary repeats the headline figures.
+func (b *bench) summary(rep *Report) {
+	w := b.stdout
+	fmt.Fprintf(w, "\n== summary (median throughput; p99 over all samples) ==\n")
+	for _, cs := range [][]Comparison{rep.Callbacks, rep.Orders} {
+		for _, c := range cs {
+			fmt.Fprintf(w, "  %-9s N=%-3d raw %8.1f ops/s p99 %6sms | svc %8.1f ops/s p99 %6sms | svc/raw %.2f (%s) p99 %.2f× (%s)\n",
+				c.Section, c.N, c.Raw.MedianRate, ms(c.Raw.P99), c.Service.MedianRate, ms(c.Service.P99),
+				c.ThroughputRatio, metMissed(c.ThroughputMet), c.P99Ratio, metMissed(c.P99Met))
+		}
+	}
+	for _, s := range rep.Storage {
+		fmt.Fprintf(w, "  storage   %-14s %.1f B/row as grown (%s), %.1f rebuilt, records themselves %.1f\n",
+			s.Name, s.Grown.BytesPerRow, metMissed(s.Met), s.Rebuilt.BytesPerRow, s.Estimated)
+	}
+	if p := rep.Purge; p != nil {
+		fmt.Fprintf(w, "  purge     writer p99 %sms → %sms during purge: %.2f× (%s); %.0f rows/s\n",
+			ms(p.BaselineP99), ms(p.PurgeP99), p.P99Ratio, metMissed(p.Met), p.MedianRowsPerSecond)
+	}
+	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
+}
+
+func commandLine(args []string) string {
+	parts := []string{"go", "run", "./cmd/bench"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?;&|<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/paysvc/paysvc/internal/db/dbtest"
+)
+
+// TestQuickRun runs the whole benchmark in -quick mode against the real
+// server and checks that every section ran and reported numbers. It never
+// looks at how fast anything was, nor at whether a target was met: on a
+// shared machine those are measurements, not test outcomes.
+func TestQuickRun(t *testing.T) {
+	opts, err := ParseFlags([]string{"-quick"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(name string) string {
+		if name == "PAYSVC_TEST_DSN" {
+			return dbtest.ServerDSN()
+		}
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := Run(ctx, opts, getenv, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+
+	for _, want := range []string{
+		"command: go run ./cmd/bench -quick", "machine: ", "server:  ", "== round trips",
+		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
+		"== (d) storage", "== (e) purge under load", "== summary",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if rep.Machine.NumCPU < 1 || rep.Machine.DBVersion == "" {
+		t.Errorf("machine not reported: %+v", rep.Machine)
+	}
+
+	if len(rep.RoundTrips) != 4 {
+		t.Errorf("%d traced requests, want 4", len(rep.RoundTrips))
+	}
+	for _, rt := range rep.RoundTrips {
+		if len(rt.Statements) == 0 || rt.BytesUp <= 0 || rt.BytesDown <= 0 {
+			t.Errorf("traced %s: %+v", rt.Request, rt)
+		}
+	}
+
+	for name, cs := range map[string][]Comparison{"callbacks": rep.Callbacks, "orders": rep.Orders} {
+		if len(cs) != len(opts.Ns) {
+			t.Fatalf("%s: %d comparisons, want one per N (%v)", name, len(cs), opts.Ns)
+		}
+		for i, c := range cs {
+			if c.N != opts.Ns[i] || c.Section != name {
+				t.Errorf("%s[%d] is %s N=%d", name, i, c.Section, c.N)
+			}
+			for side, cell := range map[string]Cell{"raw": c.Raw, "service": c.Service} {
+				if len(cell.Rounds) != opts.Rounds {
+					t.Errorf("%s N=%d %s: %d rounds, want %d", name, c.N, side, len(cell.Rounds), opts.Rounds)
+				}
+				if cell.Errs != 0 {
+					t.Errorf("%s N=%d %s: %d failed operations (first: %s)", name, c.N, side, cell.Errs, cell.FirstErr)
+				}
+				for what, v := range map[string]float64{
+					"median ops/s": cell.MedianRate, "p50": float64(cell.P50), "p99": float64(cell.P99),
+					"first p50": float64(cell.FirstP50), "replay p50": float64(cell.ReplayP50), "ops": float64(cell.Ops),
+				} {
+					if !(v > 0) {
+						t.Errorf("%s N=%d %s: %s = %v, want > 0", name, c.N, side, what, v)
+					}
+				}
+			}
+			for what, v := range map[string]float64{"throughput ratio": c.ThroughputRatio, "p99 ratio": c.P99Ratio} {
+				if !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("%s N=%d: %s = %v, want a positive number", name, c.N, what, v)
+				}
+			}
+		}
+	}
+	if n := strings.Count(out, "targets  throughput svc/raw"); n != 2*len(opts.Ns) {
+		t.Errorf("%d target lines, want %d", n, 2*len(opts.Ns))
+	}
+
+	if len(rep.Storage) != 3 {
+		t.Fatalf("%d storage tables, want 3", len(rep.Storage))
+	}
+	for _, s := range rep.Storage {
+		if s.Rows != int64(opts.StorageRows) {
+			t.Errorf("storage %s: %d rows, want %d", s.Name, s.Rows, opts.StorageRows)
+		}
+		if !(s.Grown.BytesPerRow > 0 && s.Rebuilt.BytesPerRow > 0 && s.Estimated > 0 && s.Grown.PKLeafPages > 0) {
+			t.Errorf("storage %s: missing figures: %+v", s.Name, s)
+		}
+		if len(s.Columns) == 0 {
+			t.Errorf("storage %s: no column estimate", s.Name)
+		}
+	}
+
+	p := rep.Purge
+	if p == nil {
+		t.Fatal("no purge result")
+	}
+	if len(p.Rounds) != opts.Rounds {
+		t.Errorf("purge: %d rounds, want %d", len(p.Rounds), opts.Rounds)
+	}
+	for i, r := range p.Rounds {
+		if r.Deleted != int64(opts.PurgeRows) {
+			t.Errorf("purge round %d deleted %d, want the %d expired records", i+1, r.Deleted, opts.PurgeRows)
+		}
+		if !(r.BaselineOps > 0 && r.PurgeOps > 0 && r.RowsPerSecond > 0 && r.WriterErrs == 0) {
+			t.Errorf("purge round %d: %+v", i+1, r)
+		}
+	}
+	if !(p.BaselineP99 > 0 && p.PurgeP99 > 0 && p.P99Ratio > 0) || math.IsInf(p.P99Ratio, 0) {
+		t.Errorf("purge: p99 %v → %v, ratio %v", p.BaselineP99, p.PurgeP99, p.P99Ratio)
+	}
+
+	// The scratch database is gone.
+	m := regexp.MustCompile(`scratch database (paysvc_bench_[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("output does not name the scratch database")
+	}
+	server, err := mysql.ParseDSN(dbtest.ServerDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.DBName = ""
+	conn, err := sql.Open("mysql", server.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?`, m[1]).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("scratch database %s was not dropped", m[1])
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := ParseFlags([]string{"-quick", "-rounds", "2", "-skip", "a, e", "-n", "1,8"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Rounds != 2 || o.Duration != 300*time.Millisecond || o.StorageRows != 2000 {
+		t.Errorf("quick defaults not applied under explicit flags: %+v", o)
+	}
+	if !o.Skip[SectionCallbacks] || !o.Skip[SectionPurge] || o.Skip[SectionOrders] || o.Skip[SectionStorage] {
+		t.Errorf("skip = %v", o.Skip)
+	}
+	if len(o.Ns) != 2 || o.Ns[0] != 1 || o.Ns[1] != 8 {
+		t.Errorf("n = %v", o.Ns)
+	}
+	d, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Duration != 5*time.Second || d.Warmup != time.Second || d.Rounds != 3 || d.StorageRows != 300_000 ||
+		d.PurgeRows != 150_000 || d.PurgeBatch != 5000 || len(d.Ns) != 2 {
+		t.Errorf("defaults: %+v", d)
+	}
+	for _, bad := range [][]string{{"-n", "0"}, {"-n", "x"}, {"-skip", "nope"}, {"-rounds", "0"}, {"extra"}} {
+		if _, err := ParseFlags(bad, io.Discard); err == nil {
+			t.Errorf("ParseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// TestSQLMatchesService keeps the raw baseline honest: each statement it
+// sends must still be, verbatim, one the service sends. When this fails the
+// service's SQL changed: copy it into sql.go and measure again.
+func TestSQLMatchesService(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(filepath.Join("..", path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	idem, pay, ord := read("idempotency/store.go"), read("payments/store.go"), read("orders/store.go")
+	for name, c := range map[string]struct{ src, sql string }{
+		"claim": {idem, sqlClaim}, "load": {idem, sqlLoad}, "fence": {idem, sqlFence},
+		"payment": {pay, sqlInsertPayment}, "ledger": {pay, sqlInsertLedger}, "order insert": {ord, sqlInsertOrder},
+	} {
+		if !strings.Contains(c.src, "`"+c.sql+"`") {
+			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
+		}
+	}
+	for _, frag := range []string{
+		"`UPDATE orders SET status = ?, version = version + 1, updated_at = ?`", "`, paid_at = ?`",
+		"` WHERE order_no = ? AND status = ?`", "` AND amount = ? AND currency = ?`",
+	} {
+		if !strings.Contains(ord, frag) {
+			t.Errorf("order transition: orders/store.go no longer has %s", frag)
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/db"
+)
+
+// Sections (a) and (b): payment.succeeded callbacks, a third of them
+// duplicates of an event already delivered.
+
+// event is one payment.succeeded of one order.
+type event struct {
+	orderNo string
+	txn     string
+	key     string
+	body    []byte // what the provider sends
+	data    []byte // canonical data: the fingerprint input
+}
+
+func newEvent(r *rand.Rand, orderNo string) event {
+	txn := txnID(r)
+	return event{orderNo: orderNo, txn: txn, key: callbackKey(txn),
+		body: callbackBody(orderNo, txn), data: callbackData(orderNo, txn)}
+}
+
+// recentDelivered is how many of its delivered events a worker remembers
+// to pick duplicates from.
+const recentDelivered = 64
+
+// mix decides, per worker, which operation comes next: every third one is
+// a duplicate of an earlier success of the same worker (so it is surely
+// completed and the duplicate is a replay), the others are new.
+type mix[T any] struct {
+	r    *rand.Rand
+	n    int
+	done []T
+	head int
+}
+
+func newMix[T any]() *mix[T] { return &mix[T]{r: newRand()} }
+
+// next returns a previous success to repeat, or ok=false for a new one.
+func (m *mix[T]) next() (dup T, ok bool) {
+	m.n++
+	if m.n%3 != 0 || len(m.done) == 0 {
+		return dup, false
+	}
+	return m.done[m.r.IntN(len(m.done))], true
+}
+
+// succeeded remembers a first execution for later duplicates.
+func (m *mix[T]) succeeded(v T) {
+	if len(m.done) < recentDelivered {
+		m.done = append(m.done, v)
+		return
+	}
+	m.done[m.head] = v
+	m.head = (m.head + 1) % recentDelivered
+}
+
+// rawCallbackOp is the raw-SQL limit of a callback: exactly the statements
+// paysvc issues for a first delivery (claim; BEGIN, payment INSERT, order
+// UPDATE, ledger INSERT, fence, COMMIT = 7 round trips) and for a replay
+// (claim → 1062, SELECT = 2), with database/sql and no HTTP.
+func rawCallbackOp(raw *sql.DB, supply *orderSupply) opFunc {
+	m := newMix[event]()
+	return func(ctx context.Context) (opKind, error) {
+		if ev, ok := m.next(); ok {
+			return kindReplay, rawReplay(ctx, raw, callbackScope, ev.key, fingerprint(ev.data), callbackTTL)
+		}
+		orderNo, ok := supply.take()
+		if !ok {
+			return kindFirst, errExhausted
+		}
+		ev := newEvent(m.r, orderNo)
+		if err := rawCallbackFirst(ctx, raw, ev); err != nil {
+			return kindFirst, err
+		}
+		m.succeeded(ev)
+		return kindFirst, nil
+	}
+}
+
+// maxAttempts is the engine's default number of runs on deadlock.
+const maxAttempts = 3
+
+func rawCallbackFirst(ctx context.Context, raw *sql.DB, ev event) error {
+	now := time.Now().UTC()
+	owner := newOwner()
+	if _, err := raw.ExecContext(ctx, sqlClaim, callbackScope, ev.key, fingerprint(ev.data), statusProcessing,
+		owner, now.Add(lease), now, now.Add(callbackTTL)); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	return inTx(ctx, raw, func(tx *sql.Tx) error {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		if _, err := tx.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
+			amount, currency, at, at); err != nil {
+			return fmt.Errorf("payment: %w", err)
+		}
+		if err := execOne(ctx, tx, "order", sqlOrderPaid, "PAID", at, at, ev.orderNo, "CREATED", amount, currency); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
+			amount, currency, at); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 200, contentTypeJSON, nil,
+			callbackResponse(ev.orderNo), callbackScope, ev.key, owner, statusProcessing)
+	})
+}
+
+// inTx runs fn in one transaction, re-running it on deadlock as the engine
+// does.
+func inTx(ctx context.Context, raw *sql.DB, fn func(*sql.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		tx, err := raw.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		if err = fn(tx); err == nil {
+			if err = tx.Commit(); err == nil {
+				return nil
+			}
+		} else {
+			_ = tx.Rollback()
+		}
+		if !db.IsRetryable(err) || attempt >= maxAttempts {
+			return err
+		}
+	}
+}
+
+// execOne runs a statement that must change exactly one row.
+func execOne(ctx context.Context, tx *sql.Tx, what, query string, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("%s: %d rows affected (%v), want 1", what, n, err)
+	}
+	return nil
+}
+
+// rawReplay is the duplicate's path: the claim INSERT fails with 1062 and
+// the record is read, as internal/idempotency's load reads it.
+func rawReplay(ctx context.Context, raw *sql.DB, scope, key string, hash []byte, ttl time.Duration) error {
+	now := time.Now().UTC()
+	_, err := raw.ExecContext(ctx, sqlClaim, scope, key, hash, statusProcessing, newOwner(),
+		now.Add(lease), now, now.Add(ttl))
+	if err == nil {
+		return errors.New("replay: the claim of a delivered key succeeded")
+	}
+	if !db.IsDuplicate(err) {
+		return fmt.Errorf("replay claim: %w", err)
+	}
+	var (
+		status                       int
+		hashB, owner, location, body []byte
+		leaseUntil                   sql.NullTime
+		expiresAt                    time.Time
+		respStatus, respType         sql.NullInt32
+	)
+	err = raw.QueryRowContext(ctx, sqlLoad, scope, key).Scan(&hashB, &status, &owner, &leaseUntil, &expiresAt,
+		&respStatus, &respType, &location, &body)
+	if err != nil {
+		return fmt.Errorf("replay load: %w", err)
+	}
+	if status != statusCompleted || len(body) == 0 {
+		return fmt.Errorf("replay load: status %d, %d body bytes", status, len(body))
+	}
+	return nil
+}
+
+// serviceCallbackOp posts signed callbacks; a duplicate is the same event
+// in a new delivery (new webhook-id, new signature), answered by a replay.
+func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
+	m := newMix[event]()
+	deliveries := 0
+	return func(ctx context.Context) (opKind, error) {
+		deliveries++
+		id := fmt.Sprintf("msg_bench_%d_%d", worker, deliveries)
+		ev, dup := m.next()
+		if !dup {
+			orderNo, ok := supply.take()
+			if !ok {
+				return kindFirst, errExhausted
+			}
+			ev = newEvent(m.r, orderNo)
+		}
+		kind := kindFirst
+		if dup {
+			kind = kindReplay
+		}
+		rep, err := s.post(ctx, "/v1/callbacks/"+provider, s.callbackHeader(id, ev.body), ev.body)
+		if err != nil {
+			return kind, err
+		}
+		if err := rep.expect(http.StatusOK, dup); err != nil {
+			return kind, fmt.Errorf("callback %s: %w", ev.key, err)
+		}
+		if !dup {
+			m.succeeded(ev)
+		}
+		return kind, nil
+	}
+}

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// Section (c): POST /v1/orders, a third of the requests repeating an earlier
+// one (same Idempotency-Key, same body), against its raw-SQL equivalent.
+
+// orderRequest is one create request.
+type orderRequest struct {
+	key             string
+	merchantOrderNo string
+	body            []byte
+}
+
+func newOrderRequest(m *mix[orderRequest]) orderRequest {
+	mon := nextMerchantOrderNo("b")
+	return orderRequest{key: uuidV4(m.r), merchantOrderNo: mon, body: orderRequestBody(mon)}
+}
+
+// rawOrderOp issues what paysvc issues for a create: claim; BEGIN, order
+// INSERT, fence, COMMIT (5 round trips); a repeat: claim → 1062, SELECT.
+func rawOrderOp(raw *sql.DB) opFunc {
+	m := newMix[orderRequest]()
+	return func(ctx context.Context) (opKind, error) {
+		if rq, ok := m.next(); ok {
+			return kindReplay, rawReplay(ctx, raw, merchantScope, rq.key, fingerprint(rq.body), orderTTL)
+		}
+		rq := newOrderRequest(m)
+		if err := rawOrderFirst(ctx, raw, rq); err != nil {
+			return kindFirst, err
+		}
+		m.succeeded(rq)
+		return kindFirst, nil
+	}
+}
+
+func rawOrderFirst(ctx context.Context, raw *sql.DB, rq orderRequest) error {
+	now := time.Now().UTC()
+	owner := newOwner()
+	if _, err := raw.ExecContext(ctx, sqlClaim, merchantScope, rq.key, fingerprint(rq.body), statusProcessing,
+		owner, now.Add(lease), now, now.Add(orderTTL)); err != nil {
+		return fmt.Errorf("claim: %w", err)
+	}
+	return inTx(ctx, raw, func(tx *sql.Tx) error {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		o := orders.Order{
+			OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: rq.merchantOrderNo,
+			Status: orders.Created, Amount: amount, Currency: currency, Version: 1, CreatedAt: at, UpdatedAt: at,
+		}
+		if _, err := tx.ExecContext(ctx, sqlInsertOrder, o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo),
+			string(o.Status), o.Amount, o.Currency, o.RefundedAmount, o.PendingRefundAmount, o.Description,
+			o.Version, o.CreatedAt, o.UpdatedAt, nil); err != nil {
+			return fmt.Errorf("order: %w", err)
+		}
+		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 201, contentTypeJSON, "/v1/orders/"+o.OrderNo,
+			orderResponse(o), merchantScope, rq.key, owner, statusProcessing)
+	})
+}
+
+// serviceOrderOp posts creates; a repeat must come back as a replayed 201.
+func serviceOrderOp(s *service) opFunc {
+	m := newMix[orderRequest]()
+	return func(ctx context.Context) (opKind, error) {
+		rq, dup := m.next()
+		kind := kindReplay
+		if !dup {
+			rq, kind = newOrderRequest(m), kindFirst
+		}
+		rep, err := s.post(ctx, "/v1/orders", orderHeader(rq.key), rq.body)
+		if err != nil {
+			return kind, err
+		}
+		if err := rep.expect(http.StatusCreated, dup); err != nil {
+			return kind, fmt.Errorf("create %s: %w", rq.key, err)
+		}
+		if !dup {
+			m.succeeded(rq)
+		}
+		return kind, nil
+	}
+}

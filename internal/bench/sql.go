@@ -1,0 +1,50 @@
+package bench
+
+// The statements the service issues, copied verbatim (indentation included,
+// since the driver sends the text as written) from its store files, so that
+// the raw-SQL baseline sends the server exactly what paysvc sends.
+// TestSQLMatchesService fails if a copy drifts from its source: when the
+// service's SQL changes, change the copy and re-measure.
+
+// From internal/idempotency/store.go, insertClaim.
+const sqlClaim = `INSERT INTO idempotency_records
+		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+// From internal/idempotency/store.go, load.
+const sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at,
+		        response_status, response_type, response_location, response_body
+		   FROM idempotency_records WHERE scope = ? AND idem_key = ?`
+
+// From internal/idempotency/store.go, complete (the fence).
+const sqlFence = `UPDATE idempotency_records
+		    SET status = ?, owner = NULL, lease_until = NULL,
+		        response_status = ?, response_type = ?, response_location = ?, response_body = ?
+		  WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`
+
+// From internal/payments/store.go, insertPayment.
+const sqlInsertPayment = `INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// From internal/payments/store.go, insertLedger.
+const sqlInsertLedger = `INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+// The statement internal/orders/store.go, Transition.Apply, assembles for
+// CREATED → PAID with an amount and currency (a payment callback).
+const sqlOrderPaid = `UPDATE orders SET status = ?, version = version + 1, updated_at = ?` +
+	`, paid_at = ?` +
+	` WHERE order_no = ? AND status = ?` +
+	` AND amount = ? AND currency = ?`
+
+// From internal/orders/store.go, Insert.
+const sqlInsertOrder = `INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
+		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// Record states and content-type code, as internal/idempotency stores them.
+const (
+	statusProcessing = 1
+	statusCompleted  = 2
+	contentTypeJSON  = 1 // "application/json"
+)
