@@ -52,20 +52,25 @@ func (s *server) callback(c *gin.Context) {
 		Fingerprint: idempotency.DataFingerprint(data),
 		TTL:         s.callbackTTL,
 	}
+	var result payments.Result
 	res, err := s.engine.Do(c.Request.Context(), req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
-		result, err := s.payments.HandleCallback(ctx, tx, provider, ev)
-		if err != nil {
+		var err error
+		if result, err = s.payments.HandleCallback(ctx, tx, provider, ev); err != nil {
 			return idempotency.Response{}, err
 		}
 		return idempotency.Response{Status: 200, ContentType: contentTypeJSON,
 			Body: marshal(callbackJSON{Result: result, OrderNo: ev.OrderNo})}, nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		s.countCallback(provider, string(ev.Type), problemFor(err).Code)
-	} else {
+	case res.Replayed():
+		// Only a replay needs its stored body read for the label.
 		var stored callbackJSON
 		_ = json.Unmarshal(res.Response.Body, &stored)
 		s.countCallback(provider, string(ev.Type), string(stored.Result))
+	default:
+		s.countCallback(provider, string(ev.Type), string(result))
 	}
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -61,6 +62,9 @@ func (s *server) accessLog(c *gin.Context) {
 	d := time.Since(start)
 	status := c.Writer.Status()
 	s.metrics.HTTPDuration.WithLabelValues(c.Request.Method, routeLabel(c), strconv.Itoa(status)).Observe(d.Seconds())
+	if !s.log.Enabled(c.Request.Context(), slog.LevelInfo) {
+		return
+	}
 	s.log.InfoContext(c.Request.Context(), "http request",
 		"request_id", c.GetString(requestIDKey),
 		"method", c.Request.Method,

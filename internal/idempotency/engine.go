@@ -287,7 +287,7 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 			if r.Status >= 500 {
 				return fmt.Errorf("business answered %d", r.Status)
 			}
-			if err := complete(tx, req, o, r); err != nil {
+			if err := complete(txCtx, tx, req, o, r); err != nil {
 				return err
 			}
 			if e.opts.BeforeCommit != nil {

@@ -68,11 +68,11 @@ const (
 
 // insertClaim is the arbiter: one autocommitted INSERT.
 func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, leaseUntil time.Time) (claimResult, error) {
-	err := gdb.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, gdb,
 		`INSERT INTO idempotency_records
 		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		req.Scope, req.Key, req.Fingerprint[:], statusProcessing, o[:], leaseUntil, now, now.Add(req.TTL)).Error
+		req.Scope, req.Key, req.Fingerprint[:], statusProcessing, o[:], leaseUntil, now, now.Add(req.TTL))
 	switch {
 	case err == nil:
 		return claimWon, nil
@@ -92,11 +92,11 @@ func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found boo
 		respStatus                   sql.NullInt32
 		respType                     sql.NullInt32
 	)
-	err = gdb.WithContext(ctx).Raw(
+	err = db.QueryRow(ctx, gdb,
 		`SELECT request_hash, status, owner, lease_until, expires_at,
 		        response_status, response_type, response_location, response_body
 		   FROM idempotency_records WHERE scope = ? AND idem_key = ?`,
-		req.Scope, req.Key).Row().Scan(
+		req.Scope, req.Key).Scan(
 		&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt,
 		&respStatus, &respType, &location, &body)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -127,22 +127,22 @@ func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found boo
 // fingerprint; of concurrent takers the one whose UPDATE matches the old
 // owner wins.
 func takeOver(ctx context.Context, gdb *gorm.DB, req Request, old, o owner, now, leaseUntil time.Time) (bool, error) {
-	res := gdb.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, gdb,
 		`UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
 		  WHERE scope = ? AND idem_key = ? AND status = ? AND owner = ? AND lease_until <= ?`,
 		o[:], leaseUntil, req.Fingerprint[:], req.Scope, req.Key, statusProcessing, old[:], now)
-	if res.Error != nil {
-		return false, fmt.Errorf("take over key %q: %w", req.Key, res.Error)
+	if err != nil {
+		return false, fmt.Errorf("take over key %q: %w", req.Key, err)
 	}
-	return res.RowsAffected == 1, nil
+	return n == 1, nil
 }
 
 // deleteExpired removes a record whose window is over, so the key can be
 // claimed as new.
 func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, now time.Time) error {
-	err := gdb.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, gdb,
 		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND expires_at <= ?`,
-		req.Scope, req.Key, now).Error
+		req.Scope, req.Key, now)
 	if err != nil {
 		return fmt.Errorf("expire key %q: %w", req.Key, err)
 	}
@@ -151,7 +151,7 @@ func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, now time.Time
 
 // complete is the fence: it stores the response inside the business
 // transaction only if o still holds the lease.
-func complete(tx *gorm.DB, req Request, o owner, resp Response) error {
+func complete(ctx context.Context, tx *gorm.DB, req Request, o owner, resp Response) error {
 	code, err := contentTypeCode(resp.ContentType)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
@@ -160,17 +160,17 @@ func complete(tx *gorm.DB, req Request, o owner, resp Response) error {
 	if resp.Location != "" {
 		location = resp.Location
 	}
-	res := tx.Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE idempotency_records
 		    SET status = ?, owner = NULL, lease_until = NULL,
 		        response_status = ?, response_type = ?, response_location = ?, response_body = ?
 		  WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
 		statusCompleted, resp.Status, code, location, resp.Body,
 		req.Scope, req.Key, o[:], statusProcessing)
-	if res.Error != nil {
-		return fmt.Errorf("store response for %q: %w", req.Key, res.Error)
+	if err != nil {
+		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return errLeaseLost
 	}
 	return nil
@@ -179,9 +179,9 @@ func complete(tx *gorm.DB, req Request, o owner, resp Response) error {
 // release frees a claim whose execution failed. It is owner-checked, so it
 // never removes a record another holder took over or one that completed.
 func release(ctx context.Context, gdb *gorm.DB, req Request, o owner) error {
-	err := gdb.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, gdb,
 		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
-		req.Scope, req.Key, o[:], statusProcessing).Error
+		req.Scope, req.Key, o[:], statusProcessing)
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", req.Key, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
 )
 
 // ErrRefundExceedsAmount: the refund is larger than what is left to refund
@@ -22,7 +24,7 @@ func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 	if !ValidNo(orderNo) {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
 	}
-	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? FOR UPDATE`, orderNo).Row())
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? FOR UPDATE`, orderNo))
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
 	}
@@ -39,18 +41,18 @@ func ReserveRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string,
 	if !ValidNo(orderNo) {
 		return fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
 	}
-	res := tx.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE orders SET pending_refund_amount = pending_refund_amount + ?, version = version + 1, updated_at = ?
 		  WHERE order_no = ? AND merchant_id = ? AND status IN (?, ?)
 		    AND amount - refunded_amount - pending_refund_amount >= ?`,
 		amount, at, orderNo, merchantID, Paid, PartiallyRefunded, amount)
-	if res.Error != nil {
-		return fmt.Errorf("reserve refund on %q: %w", orderNo, res.Error)
+	if err != nil {
+		return fmt.Errorf("reserve refund on %q: %w", orderNo, err)
 	}
-	if res.RowsAffected == 1 {
+	if n == 1 {
 		return nil
 	}
-	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID).Row())
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID))
 	if err != nil {
 		return fmt.Errorf("order %q: %w", orderNo, err)
 	}
@@ -71,15 +73,15 @@ func SettleRefund(ctx context.Context, tx *gorm.DB, o Order, amount int64, at ti
 	if !CanTransition(o.Status, to) || amount > o.PendingRefundAmount {
 		return o, fmt.Errorf("settle refund of %d on %s in state %s: %w", amount, o.OrderNo, o.Status, ErrIllegalTransition)
 	}
-	res := tx.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE orders SET status = ?, refunded_amount = refunded_amount + ?, pending_refund_amount = pending_refund_amount - ?,
 		        version = version + 1, updated_at = ?
 		  WHERE order_no = ? AND status = ? AND version = ?`,
 		to, amount, amount, at, o.OrderNo, o.Status, o.Version)
-	if res.Error != nil {
-		return o, fmt.Errorf("settle refund on %q: %w", o.OrderNo, res.Error)
+	if err != nil {
+		return o, fmt.Errorf("settle refund on %q: %w", o.OrderNo, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return o, fmt.Errorf("settle refund on %s %s → %s: %w", o.OrderNo, o.Status, to, ErrIllegalTransition)
 	}
 	o.Status, o.RefundedAmount, o.PendingRefundAmount = to, o.RefundedAmount+amount, o.PendingRefundAmount-amount
@@ -90,14 +92,14 @@ func SettleRefund(ctx context.Context, tx *gorm.DB, o Order, amount int64, at ti
 
 // ReleaseRefund gives a failed refund's reservation back.
 func ReleaseRefund(ctx context.Context, tx *gorm.DB, o Order, amount int64, at time.Time) error {
-	res := tx.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE orders SET pending_refund_amount = pending_refund_amount - ?, version = version + 1, updated_at = ?
 		  WHERE order_no = ? AND version = ? AND pending_refund_amount >= ?`,
 		amount, at, o.OrderNo, o.Version, amount)
-	if res.Error != nil {
-		return fmt.Errorf("release refund on %q: %w", o.OrderNo, res.Error)
+	if err != nil {
+		return fmt.Errorf("release refund on %q: %w", o.OrderNo, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return fmt.Errorf("release refund of %d on %s: %w", amount, o.OrderNo, ErrIllegalTransition)
 	}
 	return nil

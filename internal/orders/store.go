@@ -22,12 +22,12 @@ const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, am
 // Insert stores a new order; ErrExists if the merchant already used its
 // merchant_order_no (the unique key decides, not a prior SELECT).
 func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
-	err := tx.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, tx,
 		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
 		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
-		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt).Error
+		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt)
 	if db.IsDuplicate(err) {
 		return fmt.Errorf("merchant_order_no %q: %w by another request", o.MerchantOrderNo, ErrExists)
 	}
@@ -42,7 +42,7 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 	if !ValidNo(orderNo) {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
 	}
-	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID).Row())
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID))
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
 	}
@@ -55,7 +55,7 @@ func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 	if !ValidNo(orderNo) {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
 	}
-	o, err := scan(tx.WithContext(ctx).Raw(selectOrder+` WHERE order_no = ?`, orderNo).Row())
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ?`, orderNo))
 	if err != nil {
 		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
 	}
@@ -123,11 +123,11 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 		q += ` AND amount = ? AND currency = ?`
 		args = append(args, t.Amount, t.Currency)
 	}
-	res := tx.WithContext(ctx).Exec(q, args...)
-	if res.Error != nil {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, res.Error)
+	n, err := db.Exec(ctx, tx, q, args...)
+	if err != nil {
+		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
 	}
 	return nil

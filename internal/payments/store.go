@@ -26,10 +26,10 @@ type paymentRow struct {
 // insertPayment records a provider transaction; it reports false if the
 // (provider, txn_id) is already recorded.
 func insertPayment(ctx context.Context, tx *gorm.DB, provider string, ev Event, status string, result Result, at time.Time) (bool, error) {
-	err := tx.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, tx,
 		`INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		provider, ev.TxnID, ev.OrderNo, status, result, ev.Amount, ev.Currency, at, at).Error
+		provider, ev.TxnID, ev.OrderNo, status, result, ev.Amount, ev.Currency, at, at)
 	if db.IsDuplicate(err) {
 		return false, nil
 	}
@@ -41,9 +41,9 @@ func insertPayment(ctx context.Context, tx *gorm.DB, provider string, ev Event, 
 
 func lockPayment(ctx context.Context, tx *gorm.DB, provider, txnID string) (paymentRow, error) {
 	var p paymentRow
-	err := tx.WithContext(ctx).Raw(
+	err := db.QueryRow(ctx, tx,
 		`SELECT id, order_no, status, result, amount, currency FROM payments
-		  WHERE provider = ? AND txn_id = ? FOR UPDATE`, provider, txnID).Row().
+		  WHERE provider = ? AND txn_id = ? FOR UPDATE`, provider, txnID).
 		Scan(&p.id, &p.orderNo, &p.status, &p.result, &p.amount, &p.currency)
 	if err != nil {
 		return paymentRow{}, fmt.Errorf("read payment %s/%s: %w", provider, txnID, err)
@@ -54,21 +54,21 @@ func lockPayment(ctx context.Context, tx *gorm.DB, provider, txnID string) (paym
 // updatePayment rewrites a payment's status and result, if it is still in
 // status from.
 func updatePayment(ctx context.Context, tx *gorm.DB, id int64, from, to string, ev Event, result Result, at time.Time) error {
-	res := tx.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE payments SET status = ?, result = ?, order_no = ?, amount = ?, currency = ?, updated_at = ?
 		  WHERE id = ? AND status = ?`, to, result, ev.OrderNo, ev.Amount, ev.Currency, at, id, from)
-	if res.Error != nil {
-		return fmt.Errorf("update payment %d: %w", id, res.Error)
+	if err != nil {
+		return fmt.Errorf("update payment %d: %w", id, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return fmt.Errorf("update payment %d: no longer %s", id, from)
 	}
 	return nil
 }
 
 func setPaymentResult(ctx context.Context, tx *gorm.DB, provider, txnID string, result Result) error {
-	err := tx.WithContext(ctx).Exec(`UPDATE payments SET result = ? WHERE provider = ? AND txn_id = ?`,
-		result, provider, txnID).Error
+	_, err := db.Exec(ctx, tx, `UPDATE payments SET result = ? WHERE provider = ? AND txn_id = ?`,
+		result, provider, txnID)
 	if err != nil {
 		return fmt.Errorf("record payment result %s/%s: %w", provider, txnID, err)
 	}
@@ -76,9 +76,9 @@ func setPaymentResult(ctx context.Context, tx *gorm.DB, provider, txnID string, 
 }
 
 func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, orderNo string, amount int64, currency string, at time.Time) error {
-	err := tx.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, tx,
 		`INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?)`, provider, kind, txnID, orderNo, amount, currency, at).Error
+		 VALUES (?, ?, ?, ?, ?, ?, ?)`, provider, kind, txnID, orderNo, amount, currency, at)
 	if err != nil {
 		// A duplicate here means a transaction would be booked twice: never
 		// swallow it.
@@ -88,10 +88,10 @@ func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, order
 }
 
 func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
-	err := tx.WithContext(ctx).Exec(
+	_, err := db.Exec(ctx, tx,
 		`INSERT INTO refunds (refund_no, order_no, merchant_id, amount, reason, status, created_at, updated_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.RefundNo, r.OrderNo, r.MerchantID, r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt).Error
+		r.RefundNo, r.OrderNo, r.MerchantID, r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
 	if err != nil {
 		return fmt.Errorf("insert refund for %s: %w", r.OrderNo, err)
 	}
@@ -101,9 +101,9 @@ func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
 // lockRefund reads a refund with a locking read; found is false if unknown.
 func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, found bool, err error) {
 	var provider, txn sql.NullString
-	err = tx.WithContext(ctx).Raw(
+	err = db.QueryRow(ctx, tx,
 		`SELECT refund_no, order_no, merchant_id, amount, reason, status, provider, txn_id, created_at
-		   FROM refunds WHERE refund_no = ? FOR UPDATE`, refundNo).Row().
+		   FROM refunds WHERE refund_no = ? FOR UPDATE`, refundNo).
 		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Refund{}, false, nil
@@ -119,16 +119,16 @@ func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, fo
 // provider transaction; false if the transaction already settled another
 // refund.
 func settleRefundRow(ctx context.Context, tx *gorm.DB, refundNo, to, provider, txnID string, at time.Time) (bool, error) {
-	res := tx.WithContext(ctx).Exec(
+	n, err := db.Exec(ctx, tx,
 		`UPDATE refunds SET status = ?, provider = ?, txn_id = ?, updated_at = ?
 		  WHERE refund_no = ? AND status = ?`, to, provider, txnID, at, refundNo, RefundPending)
-	if db.IsDuplicate(res.Error) {
+	if db.IsDuplicate(err) {
 		return false, nil
 	}
-	if res.Error != nil {
-		return false, fmt.Errorf("settle refund %s: %w", refundNo, res.Error)
+	if err != nil {
+		return false, fmt.Errorf("settle refund %s: %w", refundNo, err)
 	}
-	if res.RowsAffected != 1 {
+	if n != 1 {
 		return false, fmt.Errorf("settle refund %s: no longer %s", refundNo, RefundPending)
 	}
 	return true, nil
