@@ -80,6 +80,10 @@ func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, l
 		return claimExists, nil
 	case db.IsLockWaitTimeout(err):
 		return claimLocked, nil
+	case db.IsDeadlock(err):
+		// Concurrent inserts of one unique key can deadlock when a waiter
+		// is rolled back; the record's state is then unknown: read it.
+		return claimExists, nil
 	}
 	return claimExists, fmt.Errorf("claim %q: %w", req.Key, err)
 }
