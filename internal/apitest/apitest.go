@@ -98,6 +98,10 @@ func NewValidator(t testing.TB) *Validator {
 	return v
 }
 
+// Load is NewValidator for code that has no testing.TB yet, such as a
+// TestMain wrapping a package's shared HTTP client.
+func Load() (*Validator, error) { return newValidator(api.Spec) }
+
 func newValidator(spec []byte) (*Validator, error) {
 	ctx := context.Background()
 	doc, err := openapi3.NewLoader().LoadFromData(spec)

@@ -28,6 +28,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
@@ -73,7 +74,10 @@ func ctNew(t *testing.T) *ctEnv {
 		a.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return &ctEnv{db: d, app: a, url: srv.URL, client: srv.Client()}
+	// Every exchange is also checked against api/openapi.yaml.
+	client := srv.Client()
+	client.Transport = &ctSpecTransport{t: t, v: apitest.NewValidator(t), base: client.Transport}
+	return &ctEnv{db: d, app: a, url: srv.URL, client: client}
 }
 
 // ctOpt adjusts a request after the defaults (acme's API key, and
@@ -1242,4 +1246,47 @@ func TestContractNoInputGives5xx(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ctSpecTransport checks every exchange against api/openapi.yaml, leaving
+// out what is not paysvc's: the test server's own ctTEHeader, and net/http's
+// 431 for a header block over its limit, sent before any handler runs.
+type ctSpecTransport struct {
+	t    testing.TB
+	v    *apitest.Validator
+	base http.RoundTripper
+}
+
+func (c *ctSpecTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var reqBody []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = b
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(reqBody))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(reqBody)), nil }
+	}
+	resp, err := c.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	respBody, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(respBody))
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		checked := *resp
+		checked.Header = resp.Header.Clone()
+		checked.Header.Del(ctTEHeader)
+		for _, err := range c.v.Validate(req, reqBody, &checked, respBody) {
+			c.t.Errorf("openapi: %s %s -> %d: %v", req.Method, req.URL.Path, resp.StatusCode, err)
+		}
+	}
+	return resp, nil
 }
