@@ -1,19 +1,18 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/orders"
 )
 
@@ -102,37 +101,9 @@ func callbackResponse(orderNo string) []byte {
 	return fmt.Appendf(nil, `{"result":"applied","order_no":%q}`, orderNo)
 }
 
-// orderJSON mirrors internal/httpapi's wire form of an order (field order
-// and encoding), so the stored response has the service's exact bytes.
-type orderJSON struct {
-	OrderNo             string  `json:"order_no"`
-	MerchantOrderNo     string  `json:"merchant_order_no"`
-	Status              string  `json:"status"`
-	Amount              int64   `json:"amount"`
-	Currency            string  `json:"currency"`
-	RefundedAmount      int64   `json:"refunded_amount"`
-	PendingRefundAmount int64   `json:"pending_refund_amount"`
-	Description         string  `json:"description"`
-	CreatedAt           string  `json:"created_at"`
-	PaidAt              *string `json:"paid_at"`
-	Version             int64   `json:"version"`
-}
-
-// orderResponse is the body of a 201 to POST /v1/orders, encoded as
-// httpapi's marshal does (no HTML escaping, no trailing newline).
-func orderResponse(o orders.Order) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(orderJSON{
-		OrderNo: o.OrderNo, MerchantOrderNo: o.MerchantOrderNo, Status: string(o.Status),
-		Amount: o.Amount, Currency: o.Currency, Description: o.Description,
-		CreatedAt: o.CreatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), Version: o.Version,
-	}); err != nil {
-		panic(err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
+// orderResponse is the body of a 201 to POST /v1/orders, the service's
+// own bytes.
+func orderResponse(o orders.Order) []byte { return httpapi.OrderBody(o) }
 
 // typicalOrderBodyLen is the size of the order response the storage
 // section stores: the service's JSON for a three-character

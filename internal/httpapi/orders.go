@@ -54,8 +54,12 @@ func orderView(o orders.Order) orderJSON {
 	return v
 }
 
+// OrderBody is the JSON of an order exactly as the service sends and
+// stores it; the benchmarks store the same bytes.
+func OrderBody(o orders.Order) []byte { return marshal(orderView(o)) }
+
 func orderResponse(status int, o orders.Order, location string) idempotency.Response {
-	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: marshal(orderView(o))}
+	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: OrderBody(o)}
 }
 
 // Limits of the order fields (CONTRACT §3).

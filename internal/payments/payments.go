@@ -54,8 +54,6 @@ var (
 	// event for a refund_no we have not created). Not stored: the provider
 	// retries.
 	ErrRetryLater = errors.New("event arrived before what it depends on")
-	// ErrInvalidEvent: the callback body is not a well-formed event.
-	ErrInvalidEvent = errors.New("invalid callback event")
 )
 
 // Payment statuses: what the provider said about the transaction.

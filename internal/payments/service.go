@@ -82,7 +82,8 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 	case RefundSucceeded, RefundFailed:
 		return s.refundSettled(ctx, tx, provider, ev)
 	}
-	return "", fmt.Errorf("event type %q: %w", ev.Type, ErrInvalidEvent)
+	// DecodeEvent admits only the types above.
+	return "", fmt.Errorf("event type %q not handled", ev.Type)
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
