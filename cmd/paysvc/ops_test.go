@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +57,10 @@ func TestPurgeCommand(t *testing.T) {
 	d := dbtest.New(t)
 	now := time.Now().UTC()
 	for i, expires := range []time.Time{now.Add(-time.Hour), now.Add(-time.Minute), now.Add(time.Hour)} {
-		if err := d.Gorm.Exec(`INSERT INTO idempotency_records (scope, idem_key, request_hash, status, response_status, response_type, response_body, created_at, expires_at)
-			VALUES ('m:acme', ?, ?, 2, 201, 1, '{}', ?, ?)`, i, make([]byte, 32), expires.Add(-24*time.Hour), expires).Error; err != nil {
+		// A plain (encoding 0) response: no Location (length byte 0), then {}.
+		if err := d.Gorm.Exec(`INSERT INTO idempotency_records (key_hash, request_hash, status, response_status, response_format, response, expires_at)
+			VALUES (LEFT(UNHEX(SHA2(?, 256)), 12), ?, 2, 201, 1, CONCAT(0x00, '{}'), ?)`,
+			fmt.Sprint(i), make([]byte, 8), expires).Error; err != nil {
 			t.Fatal(err)
 		}
 	}

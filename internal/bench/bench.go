@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
 // Section names, and the letters of the brief that name them too.
@@ -243,6 +245,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 		}
 	}()
 	supply := &orderSupply{raw: raw}
+	codec := idempotency.NewCodec()
 	if !b.opts.Skip[SectionRoundTrips] {
 		fmt.Fprintf(b.stdout, "\n== round trips: what the server receives per paysvc request (second instance behind a recording proxy) ==\n")
 		rts, err := b.roundTrips(ctx, sc, supply)
@@ -261,7 +264,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 		}
 		for _, n := range b.opts.Ns {
 			rawSide := &side{name: "raw", label: "raw", prepare: supply.ensure,
-				newOp: func(int) opFunc { return rawCallbackOp(raw, supply) }}
+				newOp: func(int) opFunc { return rawCallbackOp(raw, codec, supply) }}
 			svcSide := &side{name: "service", label: "client", prepare: supply.ensure,
 				newOp: func(w int) opFunc { return serviceCallbackOp(svc, supply, w) }}
 			c, err := b.compare(ctx, SectionCallbacks, n, rawSide, svcSide)
@@ -281,7 +284,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 		fmt.Fprintf(b.stdout, "\n== (c) POST /v1/orders: raw SQL vs paysvc over HTTP; 1/3 repeats (same Idempotency-Key and body) ==\n")
 		fmt.Fprintf(b.stdout, "  first: claim INSERT; BEGIN; order INSERT; fence UPDATE; COMMIT — repeat: claim (1062) + SELECT\n")
 		for _, n := range b.opts.Ns {
-			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return rawOrderOp(raw) }}
+			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return rawOrderOp(raw, codec) }}
 			svcSide := &side{name: "service", label: "client", newOp: func(int) opFunc { return serviceOrderOp(svc) }}
 			c, err := b.compare(ctx, SectionOrders, n, rawSide, svcSide)
 			if err != nil {

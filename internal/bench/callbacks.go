@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
 // Sections (a) and (b): payment.succeeded callbacks, a third of them
@@ -68,19 +69,21 @@ func (m *mix[T]) succeeded(v T) {
 // rawCallbackOp is the raw-SQL limit of a callback: exactly the statements
 // paysvc issues for a first delivery (claim; BEGIN, payment INSERT, order
 // UPDATE, ledger INSERT, fence, COMMIT = 7 round trips) and for a replay
-// (claim → 1062, SELECT = 2), with database/sql and no HTTP.
-func rawCallbackOp(raw *sql.DB, supply *orderSupply) opFunc {
+// (claim → 1062, SELECT = 2), with database/sql and no HTTP. Like the
+// service, it hashes the key and the request and encodes the response it
+// stores (codec): the bytes the server receives are the service's.
+func rawCallbackOp(raw *sql.DB, codec *idempotency.Codec, supply *orderSupply) opFunc {
 	m := newMix[event]()
 	return func(ctx context.Context) (opKind, error) {
 		if ev, ok := m.next(); ok {
-			return kindReplay, rawReplay(ctx, raw, callbackScope, ev.key, fingerprint(ev.data), callbackTTL)
+			return kindReplay, rawReplay(ctx, raw, codec, callbackScope, ev.key, fingerprint(ev.data), callbackTTL)
 		}
 		orderNo, ok := supply.take()
 		if !ok {
 			return kindFirst, errExhausted
 		}
 		ev := newEvent(m.r, orderNo)
-		if err := rawCallbackFirst(ctx, raw, ev); err != nil {
+		if err := rawCallbackFirst(ctx, raw, codec, ev); err != nil {
 			return kindFirst, err
 		}
 		m.succeeded(ev)
@@ -91,11 +94,12 @@ func rawCallbackOp(raw *sql.DB, supply *orderSupply) opFunc {
 // maxAttempts is the engine's default number of runs on deadlock.
 const maxAttempts = 3
 
-func rawCallbackFirst(ctx context.Context, raw *sql.DB, ev event) error {
+func rawCallbackFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, ev event) error {
 	now := time.Now().UTC()
 	owner := newOwner()
-	if _, err := raw.ExecContext(ctx, sqlClaim, callbackScope, ev.key, fingerprint(ev.data), statusProcessing,
-		owner, now.Add(lease), now, now.Add(callbackTTL)); err != nil {
+	id := idempotency.KeyHash(callbackScope, ev.key)
+	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(ev.data), statusProcessing,
+		owner, now.Add(lease), now.Add(callbackTTL)); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
@@ -111,8 +115,12 @@ func rawCallbackFirst(ctx context.Context, raw *sql.DB, ev event) error {
 			amount, currency, at); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 200, contentTypeJSON, nil,
-			callbackResponse(ev.orderNo), callbackScope, ev.key, owner, statusProcessing)
+		format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
+			Body: callbackResponse(ev.orderNo)})
+		if err != nil {
+			return err
+		}
+		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 200, format, blob, id, owner, statusProcessing)
 	})
 }
 
@@ -151,10 +159,10 @@ func execOne(ctx context.Context, tx *sql.Tx, what, query string, args ...any) e
 
 // rawReplay is the duplicate's path: the claim INSERT fails with 1062 and
 // the record is read, as internal/idempotency's load reads it.
-func rawReplay(ctx context.Context, raw *sql.DB, scope, key string, hash []byte, ttl time.Duration) error {
+func rawReplay(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, scope, key string, hash []byte, ttl time.Duration) error {
 	now := time.Now().UTC()
-	_, err := raw.ExecContext(ctx, sqlClaim, scope, key, hash, statusProcessing, newOwner(),
-		now.Add(lease), now, now.Add(ttl))
+	id := idempotency.KeyHash(scope, key)
+	_, err := raw.ExecContext(ctx, sqlClaim, id, hash, statusProcessing, newOwner(), now.Add(lease), now.Add(ttl))
 	if err == nil {
 		return errors.New("replay: the claim of a delivered key succeeded")
 	}
@@ -162,19 +170,23 @@ func rawReplay(ctx context.Context, raw *sql.DB, scope, key string, hash []byte,
 		return fmt.Errorf("replay claim: %w", err)
 	}
 	var (
-		status                       int
-		hashB, owner, location, body []byte
-		leaseUntil                   sql.NullTime
-		expiresAt                    time.Time
-		respStatus, respType         sql.NullInt32
+		status                 int
+		hashB, owner, blob     []byte
+		leaseUntil             sql.NullTime
+		expires                time.Time
+		respStatus, respFormat sql.NullInt32
 	)
-	err = raw.QueryRowContext(ctx, sqlLoad, scope, key).Scan(&hashB, &status, &owner, &leaseUntil, &expiresAt,
-		&respStatus, &respType, &location, &body)
+	err = raw.QueryRowContext(ctx, sqlLoad, id).Scan(&hashB, &status, &owner, &leaseUntil, &expires,
+		&respStatus, &respFormat, &blob)
 	if err != nil {
 		return fmt.Errorf("replay load: %w", err)
 	}
-	if status != statusCompleted || len(body) == 0 {
-		return fmt.Errorf("replay load: status %d, %d body bytes", status, len(body))
+	if status != statusCompleted {
+		return fmt.Errorf("replay load: status %d", status)
+	}
+	resp, err := codec.Decode(int(respStatus.Int32), uint8(respFormat.Int32), blob)
+	if err != nil || len(resp.Body) == 0 {
+		return fmt.Errorf("replay load: %d body bytes (%v)", len(resp.Body), err)
 	}
 	return nil
 }

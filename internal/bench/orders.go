@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 )
 
@@ -27,14 +28,14 @@ func newOrderRequest(m *mix[orderRequest]) orderRequest {
 
 // rawOrderOp issues what paysvc issues for a create: claim; BEGIN, order
 // INSERT, fence, COMMIT (5 round trips); a repeat: claim → 1062, SELECT.
-func rawOrderOp(raw *sql.DB) opFunc {
+func rawOrderOp(raw *sql.DB, codec *idempotency.Codec) opFunc {
 	m := newMix[orderRequest]()
 	return func(ctx context.Context) (opKind, error) {
 		if rq, ok := m.next(); ok {
-			return kindReplay, rawReplay(ctx, raw, merchantScope, rq.key, fingerprint(rq.body), orderTTL)
+			return kindReplay, rawReplay(ctx, raw, codec, merchantScope, rq.key, fingerprint(rq.body), orderTTL)
 		}
 		rq := newOrderRequest(m)
-		if err := rawOrderFirst(ctx, raw, rq); err != nil {
+		if err := rawOrderFirst(ctx, raw, codec, rq); err != nil {
 			return kindFirst, err
 		}
 		m.succeeded(rq)
@@ -42,11 +43,12 @@ func rawOrderOp(raw *sql.DB) opFunc {
 	}
 }
 
-func rawOrderFirst(ctx context.Context, raw *sql.DB, rq orderRequest) error {
+func rawOrderFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, rq orderRequest) error {
 	now := time.Now().UTC()
 	owner := newOwner()
-	if _, err := raw.ExecContext(ctx, sqlClaim, merchantScope, rq.key, fingerprint(rq.body), statusProcessing,
-		owner, now.Add(lease), now, now.Add(orderTTL)); err != nil {
+	id := idempotency.KeyHash(merchantScope, rq.key)
+	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(rq.body), statusProcessing,
+		owner, now.Add(lease), now.Add(orderTTL)); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
@@ -60,8 +62,12 @@ func rawOrderFirst(ctx context.Context, raw *sql.DB, rq orderRequest) error {
 			o.Version, o.CreatedAt, o.UpdatedAt, nil); err != nil {
 			return fmt.Errorf("order: %w", err)
 		}
-		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 201, contentTypeJSON, "/v1/orders/"+o.OrderNo,
-			orderResponse(o), merchantScope, rq.key, owner, statusProcessing)
+		format, blob, err := codec.Encode(idempotency.Response{Status: 201, ContentType: "application/json",
+			Location: "/v1/orders/" + o.OrderNo, Body: orderResponse(o)})
+		if err != nil {
+			return err
+		}
+		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 201, format, blob, id, owner, statusProcessing)
 	})
 }
 

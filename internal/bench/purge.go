@@ -71,12 +71,13 @@ func (b *bench) purge(ctx context.Context, raw *sql.DB, sc *scratch) (Purge, err
 	// minute); fresh ones over the last hour. Both are inserted in arrival
 	// order, expired first, as they would have arrived.
 	gap := time.Hour / time.Duration(max(n, 1))
-	expiredGen := &recordGen{r: newRand(), start: now.Add(-orderTTL - callbackTTL - time.Hour - time.Minute), gap: gap}
-	freshGen := &recordGen{r: newRand(), start: now.Add(-time.Hour), gap: gap}
-	if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) row { return expiredGen.next(recordKind(i%2), i) }); err != nil {
+	codec := idempotency.NewCodec()
+	expiredGen := &recordGen{r: newRand(), codec: codec, start: now.Add(-orderTTL - callbackTTL - time.Hour - time.Minute), gap: gap}
+	freshGen := &recordGen{r: newRand(), codec: codec, start: now.Add(-time.Hour), gap: gap}
+	if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) (row, error) { return expiredGen.next(recordKind(i%2), i) }); err != nil {
 		return out, err
 	}
-	if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) row { return freshGen.next(recordKind(i%2), i) }); err != nil {
+	if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) (row, error) { return freshGen.next(recordKind(i%2), i) }); err != nil {
 		return out, err
 	}
 	var allBase, allPurge []sample
@@ -86,7 +87,7 @@ func (b *bench) purge(ctx context.Context, raw *sql.DB, sc *scratch) (Purge, err
 		if r > 1 {
 			// The previous round purged them: expire as many again.
 			expiredGen.start = expiredGen.start.Add(-2 * time.Hour)
-			if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) row { return expiredGen.next(recordKind(i%2), i) }); err != nil {
+			if err := insertRows(ctx, raw, "idempotency_records", n, func(i int) (row, error) { return expiredGen.next(recordKind(i%2), i) }); err != nil {
 				return out, err
 			}
 		}

@@ -7,20 +7,17 @@ package bench
 // service's SQL changes, change the copy and re-measure.
 
 // From internal/idempotency/store.go, insertClaim.
-const sqlClaim = `INSERT INTO idempotency_records
-		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+const sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?)`
 
 // From internal/idempotency/store.go, load.
-const sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at,
-		        response_status, response_type, response_location, response_body
-		   FROM idempotency_records WHERE scope = ? AND idem_key = ?`
+const sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+		   FROM idempotency_records WHERE key_hash = ?`
 
 // From internal/idempotency/store.go, complete (the fence).
 const sqlFence = `UPDATE idempotency_records
-		    SET status = ?, owner = NULL, lease_until = NULL,
-		        response_status = ?, response_type = ?, response_location = ?, response_body = ?
-		  WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`
+		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
+		  WHERE key_hash = ? AND owner = ? AND status = ?`
 
 // From internal/payments/store.go, insertPayment.
 const sqlInsertPayment = `INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
@@ -42,9 +39,8 @@ const sqlInsertOrder = `INSERT INTO orders (order_no, merchant_id, merchant_orde
 		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// Record states and content-type code, as internal/idempotency stores them.
+// Record states, as internal/idempotency stores them.
 const (
 	statusProcessing = 1
 	statusCompleted  = 2
-	contentTypeJSON  = 1 // "application/json"
 )

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 )
 
@@ -82,46 +83,56 @@ type ColumnCost struct {
 // recordGen makes records of the service's format in arrival order.
 type recordGen struct {
 	r     *rand.Rand
+	codec *idempotency.Codec
 	start time.Time
 	gap   time.Duration
 }
 
-// row is one idempotency_records row, in column order.
+// row is one COMPLETED idempotency_records row, in column order.
 type row struct {
-	scope, key         string
-	hash               []byte
-	status             int
-	owner              []byte
-	leaseUntil         any
-	respStatus         int
-	location           any
-	body               []byte
-	created, expiresAt time.Time
+	keyHash, requestHash []byte
+	respStatus           int
+	format               uint8
+	response             []byte
+	expiresAt            time.Time
 }
 
-// next is the i-th record of kind k to arrive.
-func (g *recordGen) next(k recordKind, i int) row {
+// next is the i-th record of kind k to arrive: a payment callback's
+// {"result":"applied",...} under a derived key, or an order's 201 with its
+// Location under a UUID key, encoded as the engine encodes them.
+func (g *recordGen) next(k recordKind, i int) (row, error) {
 	created := g.start.Add(time.Duration(i) * g.gap).UTC().Truncate(time.Microsecond)
 	orderNo := orders.NewOrderNo()
+	var (
+		scope, key string
+		ttl        time.Duration
+		resp       idempotency.Response
+	)
 	if k == callbackRecord {
-		return row{scope: callbackScope, key: callbackKey(txnID(g.r)), hash: randomHash(g.r), status: statusCompleted,
-			respStatus: 200, body: callbackResponse(orderNo), created: created, expiresAt: created.Add(callbackTTL)}
+		scope, key, ttl = callbackScope, callbackKey(txnID(g.r)), callbackTTL
+		resp = idempotency.Response{Status: 200, ContentType: "application/json", Body: callbackResponse(orderNo)}
+	} else {
+		scope, key, ttl = merchantScope, uuidV4(g.r), orderTTL
+		resp = idempotency.Response{Status: 201, ContentType: "application/json", Location: "/v1/orders/" + orderNo,
+			Body: orderResponse(orders.Order{OrderNo: orderNo, MerchantID: merchantID,
+				MerchantOrderNo: randomBase62(g.r, 3), Status: orders.Created, Amount: amount, Currency: currency,
+				Version: 1, CreatedAt: created, UpdatedAt: created})}
 	}
-	body := orderResponse(orders.Order{OrderNo: orderNo, MerchantID: merchantID,
-		MerchantOrderNo: randomBase62(g.r, 3), Status: orders.Created, Amount: amount, Currency: currency,
-		Version: 1, CreatedAt: created, UpdatedAt: created})
-	return row{scope: merchantScope, key: uuidV4(g.r), hash: randomHash(g.r), status: statusCompleted,
-		respStatus: 201, location: "/v1/orders/" + orderNo, body: body, created: created, expiresAt: created.Add(orderTTL)}
+	format, blob, err := g.codec.Encode(resp)
+	if err != nil {
+		return row{}, err
+	}
+	return row{keyHash: idempotency.KeyHash(scope, key), requestHash: randomHash(g.r)[:8], respStatus: resp.Status,
+		format: format, response: blob, expiresAt: created.Add(ttl)}, nil
 }
 
-const insertColumns = `(scope, idem_key, request_hash, status, owner, lease_until, response_status, response_type,
-	response_location, response_body, created_at, expires_at)`
+const insertColumns = `(key_hash, request_hash, status, response_status, response_format, response, expires_at)`
 
 // insertRows inserts rows with multi-row INSERTs of chunk rows. The first
 // row goes alone: MariaDB builds an index in one sorted pass when a
 // statement inserts into an empty table, which would not be what a live
 // table looks like.
-func insertRows(ctx context.Context, raw *sql.DB, table string, n int, gen func(i int) row) error {
+func insertRows(ctx context.Context, raw *sql.DB, table string, n int, gen func(i int) (row, error)) error {
 	const chunk = 1000
 	for i := 0; i < n; {
 		k := min(chunk, n-i)
@@ -130,19 +141,17 @@ func insertRows(ctx context.Context, raw *sql.DB, table string, n int, gen func(
 		}
 		var sb strings.Builder
 		sb.WriteString("INSERT INTO " + db.QuoteIdent(table) + " " + insertColumns + " VALUES ")
-		args := make([]any, 0, 12*k)
+		args := make([]any, 0, 7*k)
 		for j := range k {
 			if j > 0 {
 				sb.WriteByte(',')
 			}
-			sb.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			r := gen(i + j)
-			var respType, respStatus any
-			if r.status == statusCompleted {
-				respType, respStatus = contentTypeJSON, r.respStatus
+			sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			r, err := gen(i + j)
+			if err != nil {
+				return err
 			}
-			args = append(args, r.scope, r.key, r.hash, r.status, r.owner, r.leaseUntil, respStatus, respType,
-				r.location, r.body, r.created, r.expiresAt)
+			args = append(args, r.keyHash, r.requestHash, statusCompleted, r.respStatus, r.format, r.response, r.expiresAt)
 		}
 		if _, err := raw.ExecContext(ctx, sb.String(), args...); err != nil {
 			return fmt.Errorf("insert into %s: %w", table, err)
@@ -189,8 +198,8 @@ func (b *bench) measureStorage(ctx context.Context, raw *sql.DB, table, name str
 
 	// Arrival over the last n × 10 ms, ending now.
 	gap := 10 * time.Millisecond
-	g := &recordGen{r: newRand(), start: time.Now().Add(-time.Duration(n) * gap), gap: gap}
-	if err := insertRows(ctx, raw, table, n, func(i int) row { return g.next(kind(i), i) }); err != nil {
+	g := &recordGen{r: newRand(), codec: idempotency.NewCodec(), start: time.Now().Add(-time.Duration(n) * gap), gap: gap}
+	if err := insertRows(ctx, raw, table, n, func(i int) (row, error) { return g.next(kind(i), i) }); err != nil {
 		return Storage{}, err
 	}
 	s := Storage{Name: name}
@@ -291,42 +300,34 @@ func drain(ctx context.Context, raw *sql.DB, query string) error {
 
 // columnCosts estimates each column's bytes per row from the InnoDB
 // COMPACT/DYNAMIC record format: a 5-byte record header, one length byte
-// per non-NULL variable-length column (two for a BLOB value of 128 bytes
-// or more), a 1-byte NULL bitmap (6 nullable columns), the 13 bytes of
-// DB_TRX_ID and DB_ROLL_PTR in the clustered record, NULLs free. The
-// secondary index idx_idempotency_expires holds expires_at and the primary
-// key (scope, idem_key) with a 5-byte header and two length bytes. Lengths
-// are the table's measured averages; fixed widths are MariaDB's (DATETIME(6)
-// = 8 bytes).
+// for the response BLOB (two from 128 bytes on), a 1-byte NULL bitmap (5
+// nullable columns), the 13 bytes of DB_TRX_ID and DB_ROLL_PTR in the
+// clustered record, NULLs free. The secondary index idx_idempotency_expires
+// holds expires_at and the primary key key_hash with a 5-byte header.
+// Lengths are the table's measured averages; fixed widths are MariaDB's
+// (DATETIME(6) = 8 bytes).
 func columnCosts(ctx context.Context, raw *sql.DB, table string) ([]ColumnCost, error) {
-	var scope, key, loc, body, locN, bodyLong, ownerN, leaseN, statusN, typeN float64
+	var resp, respLong, ownerN, leaseN, statusN, formatN float64
 	err := raw.QueryRowContext(ctx, `SELECT
-		  AVG(LENGTH(scope)), AVG(LENGTH(idem_key)),
-		  AVG(COALESCE(LENGTH(response_location), 0)), AVG(COALESCE(LENGTH(response_body), 0)),
-		  AVG(response_location IS NOT NULL), AVG(COALESCE(LENGTH(response_body) >= 128, 0)),
+		  AVG(COALESCE(LENGTH(response), 0)), AVG(COALESCE(LENGTH(response) >= 128, 0)),
 		  AVG(owner IS NOT NULL), AVG(lease_until IS NOT NULL),
-		  AVG(response_status IS NOT NULL), AVG(response_type IS NOT NULL)
+		  AVG(response_status IS NOT NULL), AVG(response_format IS NOT NULL)
 		FROM `+db.QuoteIdent(table)).
-		Scan(&scope, &key, &loc, &body, &locN, &bodyLong, &ownerN, &leaseN, &statusN, &typeN)
+		Scan(&resp, &respLong, &ownerN, &leaseN, &statusN, &formatN)
 	if err != nil {
 		return nil, fmt.Errorf("column lengths of %s: %w", table, err)
 	}
-	// Length bytes: scope and idem_key always, location and body when set.
-	varlen := 2 + locN + 1 + bodyLong
 	return []ColumnCost{
-		{Name: "record header (5) + length bytes + NULL bitmap (1)", Clustered: 5 + varlen + 1, Secondary: 5 + 2},
+		{Name: "record header (5) + length byte(s) + NULL bitmap (1)", Clustered: 5 + 1 + respLong + 1, Secondary: 5},
 		{Name: "DB_TRX_ID + DB_ROLL_PTR", Clustered: 13},
-		{Name: "scope (PK)", Clustered: scope, Secondary: scope},
-		{Name: "idem_key (PK)", Clustered: key, Secondary: key},
-		{Name: "request_hash BINARY(32)", Clustered: 32},
+		{Name: "key_hash BINARY(12) (PK)", Clustered: 12, Secondary: 12},
+		{Name: "request_hash BINARY(8)", Clustered: 8},
 		{Name: "status", Clustered: 1},
 		{Name: "owner BINARY(16) (NULL when completed)", Clustered: 16 * ownerN},
 		{Name: "lease_until (NULL when completed)", Clustered: 8 * leaseN},
 		{Name: "response_status", Clustered: 2 * statusN},
-		{Name: "response_type", Clustered: 1 * typeN},
-		{Name: "response_location", Clustered: loc},
-		{Name: "response_body", Clustered: body},
-		{Name: "created_at DATETIME(6)", Clustered: 8},
+		{Name: "response_format", Clustered: 1 * formatN},
+		{Name: "response (Location + body, deflated)", Clustered: resp},
 		{Name: "expires_at DATETIME(6)", Clustered: 8, Secondary: 8},
 	}, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -533,8 +534,8 @@ func cbCountOrder(t testing.TB, d *dbtest.DB, orderNo string) cbOrderCounts {
 // cbCallbackRecords counts the stored callback records of one event key.
 func cbCallbackRecords(t testing.TB, d *dbtest.DB, typ, txn string) int64 {
 	t.Helper()
-	return d.Count(t, "SELECT COUNT(*) FROM idempotency_records WHERE scope = ? AND idem_key = ?",
-		"p:"+cbProvider, cbProvider+":"+typ+":"+txn)
+	return d.Count(t, "SELECT COUNT(*) FROM idempotency_records WHERE key_hash = ?",
+		idempotency.KeyHash(idempotency.CallbackScope(cbProvider), cbProvider+":"+typ+":"+txn))
 }
 
 // cbPaymentRow is what payments holds for one transaction.

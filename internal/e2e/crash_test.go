@@ -312,8 +312,8 @@ func TestCrashProcessKilled(t *testing.T) {
 
 	// What the crash left: a PROCESSING claim with its lease, no order.
 	var leaseUntil time.Time
-	if err := d.Gorm.Raw(`SELECT lease_until FROM idempotency_records WHERE idem_key = ? AND status = ?`,
-		key, statusProcessing).Row().Scan(&leaseUntil); err != nil {
+	if err := d.Gorm.Raw(`SELECT lease_until FROM idempotency_records WHERE key_hash = ? AND status = ?`,
+		idempotency.KeyHash(idempotency.MerchantScope(merchant), key), statusProcessing).Row().Scan(&leaseUntil); err != nil {
 		t.Fatalf("the crashed request's claim: %v", err)
 	}
 	if n := countOrders(t, d); n != 0 {

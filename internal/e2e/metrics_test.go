@@ -13,6 +13,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/canonjson"
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -103,9 +104,9 @@ func TestMetricsMoveWithEachOutcome(t *testing.T) {
 	<-done
 
 	// Taken over: a record left PROCESSING by a holder whose lease ran out.
-	if err := d.Gorm.Exec(`INSERT INTO idempotency_records (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
-		VALUES (?, 'k3', ?, 1, ?, ?, ?, ?)`, held.Scope, make([]byte, 32), make([]byte, 16),
-		clock.Now().Add(-time.Second), clock.Now(), clock.Now().Add(time.Hour)).Error; err != nil {
+	if _, err := db.Exec(ctx, d.Gorm, `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+		VALUES (?, ?, 1, ?, ?, ?)`, idempotency.KeyHash(held.Scope, "k3"), make([]byte, 8), make([]byte, 16),
+		clock.Now().Add(-time.Second), clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	expect(201)(s.merchant(ctx, "POST", "/v1/orders", "k3", []byte(`{"merchant_order_no":"m-3","amount":1000,"currency":"EUR"}`)))

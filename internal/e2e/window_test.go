@@ -10,6 +10,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
 // TestWindowHonouredOnRead: a record replays for its window and not a
@@ -69,8 +70,8 @@ func TestWindowHonouredOnRead(t *testing.T) {
 	// The one record is the new window's: its answer is the 409, and its
 	// window starts at 61m.
 	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records
-		WHERE idem_key = ? AND response_status = 409 AND created_at = ? AND expires_at = ?`,
-		key, start.Add(61*time.Minute), start.Add(61*time.Minute+window)); n != 1 {
+		WHERE key_hash = ? AND response_status = 409 AND expires_at = ?`,
+		idempotency.KeyHash(idempotency.MerchantScope(merchant), key), start.Add(61*time.Minute+window)); n != 1 {
 		t.Errorf("the key's record is not the new window's 409 (%d matching rows)", n)
 	}
 	if stored := orderNos(t, d)["mo-window"]; stored != created.orderNo() {

@@ -112,8 +112,8 @@ func dbState(d *dbtest.DB) string {
 		}
 	}
 	dumpRows("claims PROCESSING (first 20)", `
-SELECT CAST(idem_key AS CHAR) AS idem_key, lease_until, created_at FROM idempotency_records
- WHERE status = ? ORDER BY created_at LIMIT 20`, statusProcessing)
+SELECT HEX(key_hash) AS key_hash, lease_until, expires_at FROM idempotency_records
+ WHERE status = ? ORDER BY lease_until LIMIT 20`, statusProcessing)
 	dumpRows("connections not idle", `
 SELECT ID, COMMAND, TIME, STATE, LEFT(INFO, 160) AS INFO FROM information_schema.PROCESSLIST
  WHERE DB = ? AND COMMAND <> 'Sleep' AND ID <> CONNECTION_ID()`, d.Name)

@@ -33,6 +33,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
 const (
@@ -177,7 +178,9 @@ func (e *ctEnv) mustCreate(t testing.TB, key string, body []byte, opts ...ctOpt)
 
 func (e *ctEnv) records(t testing.TB, key string) int64 {
 	t.Helper()
-	return e.db.Count(t, "SELECT COUNT(*) FROM idempotency_records WHERE idem_key = ?", []byte(key))
+	// The key under either merchant: records keep only a hash of (scope, key).
+	return e.db.Count(t, "SELECT COUNT(*) FROM idempotency_records WHERE key_hash = ? OR key_hash = ?",
+		idempotency.KeyHash(idempotency.MerchantScope("acme"), key), idempotency.KeyHash(idempotency.MerchantScope("globex"), key))
 }
 
 func (e *ctEnv) ordersWith(t testing.TB, mon string) int64 {

@@ -133,8 +133,9 @@ type Options struct {
 // Engine runs requests at most once per key. It holds no request state in
 // memory: everything it knows is in idempotency_records.
 type Engine struct {
-	db   *gorm.DB
-	opts Options
+	db    *gorm.DB
+	codec *Codec
+	opts  Options
 }
 
 // New returns an Engine over gdb.
@@ -157,7 +158,7 @@ func New(gdb *gorm.DB, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{db: gdb, opts: opts}
+	return &Engine{db: gdb, codec: NewCodec(), opts: opts}
 }
 
 // Polling in wait mode starts fast (most requests finish in milliseconds)
@@ -176,8 +177,9 @@ const (
 func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 	waitUntil := e.opts.Now().Add(e.opts.InFlightWait)
 	poll := firstPoll
+	id := hashKey(req.Scope, req.Key)
 	for range maxRounds {
-		res, st, err := e.round(ctx, req, fn)
+		res, st, err := e.round(ctx, req, id, fn)
 		switch st {
 		case answered:
 			return res, err
@@ -207,22 +209,22 @@ const (
 
 // round tries to claim the key and, if another request has it, acts on its
 // record: 2 statements for a replay (INSERT → 1062, SELECT).
-func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, roundState, error) {
+func (e *Engine) round(ctx context.Context, req Request, id keyHash, fn Func) (Result, roundState, error) {
 	now := e.opts.Now().UTC()
 	o := newOwner()
-	claim, err := insertClaim(ctx, e.db, req, o, now, now.Add(e.opts.Lease))
+	claim, err := insertClaim(ctx, e.db, req, id, o, now, now.Add(e.opts.Lease))
 	switch {
 	case err != nil:
 		// The INSERT may have committed before the connection failed; we
 		// ran nothing, so free the key now rather than after the lease.
-		e.release(ctx, req, o)
+		e.release(ctx, req, id, o)
 		return Result{}, answered, err
 	case claim == claimWon:
-		return e.executed(e.execute(ctx, req, o, OutcomeFirst, fn))
+		return e.executed(e.execute(ctx, req, id, o, OutcomeFirst, fn))
 	case claim == claimLocked:
 		return Result{}, inFlight, nil
 	}
-	rec, found, err := load(ctx, e.db, req)
+	rec, found, err := load(ctx, e.db, e.codec, req, id)
 	switch {
 	case err != nil:
 		return Result{}, answered, err
@@ -231,28 +233,28 @@ func (e *Engine) round(ctx context.Context, req Request, fn Func) (Result, round
 		return Result{}, again, nil
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
-		return Result{}, again, deleteExpired(ctx, e.db, req, now)
+		return Result{}, again, deleteExpired(ctx, e.db, req, id, now)
 	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
 		// Fall through to the take-over: the holder is presumed dead, and
 		// a dead holder stored nothing, so the key is bound to no request
 		// any more — whatever this one asks, as after a 5xx.
-	case rec.hash != req.Fingerprint:
+	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
 		return Result{Response: rec.response, Outcome: OutcomeReplayed}, answered, nil
 	default:
 		return Result{}, inFlight, nil
 	}
-	won, err := takeOver(ctx, e.db, req, rec.owner, o, now, now.Add(e.opts.Lease))
+	won, err := takeOver(ctx, e.db, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
-		e.release(ctx, req, o)
+		e.release(ctx, req, id, o)
 		return Result{}, answered, err
 	}
 	if !won {
 		return Result{}, again, nil
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	return e.executed(e.execute(ctx, req, o, OutcomeTakenOver, fn))
+	return e.executed(e.execute(ctx, req, id, o, OutcomeTakenOver, fn))
 }
 
 // executed maps execute's answer to a round state: a lost fence means
@@ -266,10 +268,10 @@ func (e *Engine) executed(res Result, err error) (Result, roundState, error) {
 
 // execute runs fn and the fence in one transaction, retrying the whole
 // transaction on deadlock. On failure it releases the claim.
-func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outcome, fn Func) (res Result, err error) {
+func (e *Engine) execute(ctx context.Context, req Request, id keyHash, o owner, outcome Outcome, fn Func) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(ctx, req, o)
+			e.release(ctx, req, id, o)
 			panic(p)
 		}
 	}()
@@ -287,7 +289,7 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 			if r.Status >= 500 {
 				return fmt.Errorf("business answered %d", r.Status)
 			}
-			if err := complete(txCtx, tx, req, o, r); err != nil {
+			if err := complete(txCtx, tx, e.codec, req, id, o, r); err != nil {
 				return err
 			}
 			if e.opts.BeforeCommit != nil {
@@ -310,11 +312,11 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 		if resp.Status != 0 {
 			// Everything ran; only COMMIT failed, and a COMMIT whose
 			// connection dropped may have succeeded on the server.
-			if res, ok := e.committedAnyway(ctx, req, resp, outcome); ok {
+			if res, ok := e.committedAnyway(ctx, req, id, resp, outcome); ok {
 				return res, nil
 			}
 		}
-		e.release(ctx, req, o)
+		e.release(ctx, req, id, o)
 		return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
 	}
 }
@@ -323,11 +325,11 @@ func (e *Engine) execute(ctx context.Context, req Request, o owner, outcome Outc
 // COMPLETED for this request, the commit went through: answer with what was
 // stored (this request's own response, unless another holder's committed
 // first), instead of a 5xx that would contradict the stored outcome.
-func (e *Engine) committedAnyway(ctx context.Context, req Request, resp Response, outcome Outcome) (Result, bool) {
+func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome) (Result, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	rec, found, err := load(ctx, e.db, req)
-	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint {
+	rec, found, err := load(ctx, e.db, e.codec, req, id)
+	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint.storedArray() {
 		return Result{}, false
 	}
 	if rec.response.Status != resp.Status || !bytes.Equal(rec.response.Body, resp.Body) {
@@ -338,10 +340,10 @@ func (e *Engine) committedAnyway(ctx context.Context, req Request, resp Response
 
 // release frees the claim even if the request's context is done: a client
 // that hung up must not leave its key blocked until the lease runs out.
-func (e *Engine) release(ctx context.Context, req Request, o owner) {
+func (e *Engine) release(ctx context.Context, req Request, id keyHash, o owner) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := release(ctx, e.db, req, o); err != nil {
+	if err := release(ctx, e.db, req, id, o); err != nil {
 		// The lease will free the key; say so, loudly.
 		e.opts.Logger.ErrorContext(ctx, "release idempotency claim failed; key stays in flight until its lease ends",
 			"scope", req.Scope, "key", req.Key, "err", err)

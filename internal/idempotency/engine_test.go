@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -15,8 +16,9 @@ import (
 // processing inserts a PROCESSING record as a holder that died would leave.
 func processing(t *testing.T, gdb *gorm.DB, key string, hash idempotency.Fingerprint, leaseUntil, now time.Time) {
 	t.Helper()
-	err := gdb.Exec(`INSERT INTO idempotency_records (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
-		VALUES ('m:acme', ?, ?, 1, ?, ?, ?, ?)`, key, hash[:], make([]byte, 16), leaseUntil, now, now.Add(time.Hour)).Error
+	// db.Exec, not gorm's Exec: gorm would spread a []byte right after "(" into a list.
+	_, err := db.Exec(context.Background(), gdb, `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+		VALUES (?, ?, 1, ?, ?, ?)`, idempotency.KeyHash("m:acme", key), hash[:8], make([]byte, 16), leaseUntil, now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

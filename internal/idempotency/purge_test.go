@@ -10,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -20,16 +21,19 @@ func seedRecords(t *testing.T, gdb *gorm.DB, prefix string, n int, expires time.
 	t.Helper()
 	const chunk = 500
 	for start := 0; start < n; start += chunk {
-		q := `INSERT INTO idempotency_records (scope, idem_key, request_hash, status, response_status, response_type, response_body, created_at, expires_at) VALUES `
+		q := `INSERT INTO idempotency_records (key_hash, request_hash, status, response_status, response_format, response, expires_at) VALUES `
 		var args []any
 		for i := start; i < min(start+chunk, n); i++ {
 			if i > start {
 				q += ","
 			}
-			q += "(?, ?, ?, 2, 201, 1, ?, ?, ?)"
-			args = append(args, "m:acme", fmt.Sprintf("%s%d", prefix, i), make([]byte, 32), []byte(`{"ok":true}`), expires.Add(-time.Hour), expires)
+			// A plain (encoding 0) response: no Location, then the body.
+			q += "(?, ?, 2, 201, 1, ?, ?)"
+			args = append(args, idempotency.KeyHash("m:acme", fmt.Sprintf("%s%d", prefix, i)), make([]byte, 8),
+				[]byte("\x00{\"ok\":true}"), expires)
 		}
-		if err := gdb.Exec(q, args...).Error; err != nil {
+		// db.Exec, not gorm's Exec: gorm would spread a []byte right after "(" into a list.
+		if _, err := db.Exec(context.Background(), gdb, q, args...); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
 	}
@@ -41,10 +45,13 @@ func seedRecords(t *testing.T, gdb *gorm.DB, prefix string, n int, expires time.
 func TestPurgeDeletesOnlyExpiredInBatchesWhileWritersWrite(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
-	now := time.Now().UTC()
+	now := time.Now().UTC().Truncate(time.Microsecond)
 	const expired, fresh, batch = 2500, 1500, 1000
+	// The writer's records expire an hour after they are written, so after
+	// the fresh seeded ones: expires_at tells the three sets apart.
+	freshUntil := now.Add(time.Hour)
 	seedRecords(t, d.Gorm, "old-", expired, now.Add(-time.Minute))
-	seedRecords(t, d.Gorm, "new-", fresh, now.Add(time.Hour))
+	seedRecords(t, d.Gorm, "new-", fresh, freshUntil)
 
 	engine := idempotency.New(d.Gorm, idempotency.Options{})
 	ctx := context.Background()
@@ -99,13 +106,13 @@ func TestPurgeDeletesOnlyExpiredInBatchesWhileWritersWrite(t *testing.T) {
 	if want := []int64{1000, 1000, 500}; fmt.Sprint(batches) != fmt.Sprint(want) {
 		t.Errorf("batches %v, want %v", batches, want)
 	}
-	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'old-%'`); got != 0 {
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE expires_at <= ?`, now); got != 0 {
 		t.Errorf("%d expired records left", got)
 	}
-	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'new-%'`); got != fresh {
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE expires_at = ?`, freshUntil); got != fresh {
 		t.Errorf("%d fresh seeded records left, want %d", got, fresh)
 	}
-	if got, w := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE idem_key LIKE 'w-%'`), written.Load(); got != w {
+	if got, w := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE expires_at > ?`, freshUntil), written.Load(); got != w {
 		t.Errorf("%d writer records in the table, writer completed %d", got, w)
 	}
 	t.Logf("purged %d in batches %v while the writer completed %d requests", n, batches, written.Load())

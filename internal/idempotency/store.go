@@ -19,9 +19,9 @@ const (
 	statusCompleted  = 2
 )
 
-// Content types a stored response may have, stored as a one-byte code: the
-// record is written for every request, and a string would cost more than
-// the rest of the metadata.
+// Content types a stored response may have, stored as a 4-bit code in
+// response_format (encoding.go): the record is written for every request,
+// and a string would cost more than the rest of the metadata.
 var contentTypes = []string{
 	1: "application/json",
 	2: "application/problem+json",
@@ -46,7 +46,7 @@ func newOwner() owner {
 
 // record is a row read back after a lost claim.
 type record struct {
-	hash       Fingerprint
+	hash       storedFingerprint
 	status     int
 	owner      owner
 	leaseUntil time.Time
@@ -67,12 +67,11 @@ const (
 )
 
 // insertClaim is the arbiter: one autocommitted INSERT.
-func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, leaseUntil time.Time) (claimResult, error) {
+func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
 	_, err := db.Exec(ctx, gdb,
-		`INSERT INTO idempotency_records
-		   (scope, idem_key, request_hash, status, owner, lease_until, created_at, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		req.Scope, req.Key, req.Fingerprint[:], statusProcessing, o[:], leaseUntil, now, now.Add(req.TTL))
+		`INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?)`,
+		id[:], req.Fingerprint.stored(), statusProcessing, o[:], leaseUntil, now.Add(req.TTL))
 	switch {
 	case err == nil:
 		return claimWon, nil
@@ -89,20 +88,17 @@ func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, o owner, now, l
 }
 
 // load reads the record of req's key; found is false if there is none.
-func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found bool, err error) {
+func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash) (rec record, found bool, err error) {
 	var (
-		hash, ownerB, location, body []byte
-		leaseUntil                   sql.NullTime
-		respStatus                   sql.NullInt32
-		respType                     sql.NullInt32
+		hash, ownerB, blob []byte
+		leaseUntil         sql.NullTime
+		respStatus         sql.NullInt32
+		format             sql.NullInt32
 	)
 	err = db.QueryRow(ctx, gdb,
-		`SELECT request_hash, status, owner, lease_until, expires_at,
-		        response_status, response_type, response_location, response_body
-		   FROM idempotency_records WHERE scope = ? AND idem_key = ?`,
-		req.Scope, req.Key).Scan(
-		&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt,
-		&respStatus, &respType, &location, &body)
+		`SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+		   FROM idempotency_records WHERE key_hash = ?`,
+		id[:]).Scan(&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt, &respStatus, &format, &blob)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -113,15 +109,8 @@ func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found boo
 	copy(rec.owner[:], ownerB)
 	rec.leaseUntil = leaseUntil.Time
 	if rec.status == statusCompleted {
-		code := int(respType.Int32)
-		if code <= 0 || code >= len(contentTypes) || contentTypes[code] == "" {
-			return record{}, false, fmt.Errorf("read key %q: unknown stored content type %d", req.Key, code)
-		}
-		rec.response = Response{
-			Status:      int(respStatus.Int32),
-			ContentType: contentTypes[code],
-			Location:    string(location),
-			Body:        body,
+		if rec.response, err = c.Decode(int(respStatus.Int32), uint8(format.Int32), blob); err != nil {
+			return record{}, false, fmt.Errorf("read key %q: %w", req.Key, err)
 		}
 	}
 	return rec, true, nil
@@ -130,11 +119,11 @@ func load(ctx context.Context, gdb *gorm.DB, req Request) (rec record, found boo
 // takeOver moves an expired lease from old to o, binding the key to req's
 // fingerprint; of concurrent takers the one whose UPDATE matches the old
 // owner wins.
-func takeOver(ctx context.Context, gdb *gorm.DB, req Request, old, o owner, now, leaseUntil time.Time) (bool, error) {
+func takeOver(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, old, o owner, now, leaseUntil time.Time) (bool, error) {
 	n, err := db.Exec(ctx, gdb,
 		`UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
-		  WHERE scope = ? AND idem_key = ? AND status = ? AND owner = ? AND lease_until <= ?`,
-		o[:], leaseUntil, req.Fingerprint[:], req.Scope, req.Key, statusProcessing, old[:], now)
+		  WHERE key_hash = ? AND status = ? AND owner = ? AND lease_until <= ?`,
+		o[:], leaseUntil, req.Fingerprint.stored(), id[:], statusProcessing, old[:], now)
 	if err != nil {
 		return false, fmt.Errorf("take over key %q: %w", req.Key, err)
 	}
@@ -143,10 +132,9 @@ func takeOver(ctx context.Context, gdb *gorm.DB, req Request, old, o owner, now,
 
 // deleteExpired removes a record whose window is over, so the key can be
 // claimed as new.
-func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, now time.Time) error {
+func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, now time.Time) error {
 	_, err := db.Exec(ctx, gdb,
-		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND expires_at <= ?`,
-		req.Scope, req.Key, now)
+		`DELETE FROM idempotency_records WHERE key_hash = ? AND expires_at <= ?`, id[:], now)
 	if err != nil {
 		return fmt.Errorf("expire key %q: %w", req.Key, err)
 	}
@@ -155,22 +143,16 @@ func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, now time.Time
 
 // complete is the fence: it stores the response inside the business
 // transaction only if o still holds the lease.
-func complete(ctx context.Context, tx *gorm.DB, req Request, o owner, resp Response) error {
-	code, err := contentTypeCode(resp.ContentType)
+func complete(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response) error {
+	format, blob, err := c.Encode(resp)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
-	var location any
-	if resp.Location != "" {
-		location = resp.Location
-	}
 	n, err := db.Exec(ctx, tx,
 		`UPDATE idempotency_records
-		    SET status = ?, owner = NULL, lease_until = NULL,
-		        response_status = ?, response_type = ?, response_location = ?, response_body = ?
-		  WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
-		statusCompleted, resp.Status, code, location, resp.Body,
-		req.Scope, req.Key, o[:], statusProcessing)
+		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
+		  WHERE key_hash = ? AND owner = ? AND status = ?`,
+		statusCompleted, resp.Status, format, blob, id[:], o[:], statusProcessing)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
@@ -182,10 +164,10 @@ func complete(ctx context.Context, tx *gorm.DB, req Request, o owner, resp Respo
 
 // release frees a claim whose execution failed. It is owner-checked, so it
 // never removes a record another holder took over or one that completed.
-func release(ctx context.Context, gdb *gorm.DB, req Request, o owner) error {
+func release(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner) error {
 	_, err := db.Exec(ctx, gdb,
-		`DELETE FROM idempotency_records WHERE scope = ? AND idem_key = ? AND owner = ? AND status = ?`,
-		req.Scope, req.Key, o[:], statusProcessing)
+		`DELETE FROM idempotency_records WHERE key_hash = ? AND owner = ? AND status = ?`,
+		id[:], o[:], statusProcessing)
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", req.Key, err)
 	}

@@ -1,0 +1,1 @@
+RENAME TABLE idempotency_records TO idempotency_records_v2

@@ -1,0 +1,1 @@
+RENAME TABLE idempotency_records_v2 TO idempotency_records
