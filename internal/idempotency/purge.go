@@ -11,19 +11,21 @@ import (
 )
 
 // purgeRest is how many times a batch's duration Purge rests after it.
-const purgeRest = 2
+const purgeRest = 4
 
 // Purge deletes the records whose window ended before now, batch rows at a
 // time. Each batch is its own autocommitted DELETE walking idx_expires from
 // the oldest row, so it locks only already-expired index entries, far from
 // where new records land (expires_at = now + window): writers never wait on
-// its locks. They do compete with it for the server's CPU and log, so after
-// each batch Purge rests twice as long as the batch took: on 2 cores a
-// writer's p99 went from 3.8x its normal value during a flat-out purge to
-// 1.9x (docs/BENCHMARKS.md), and purge still removes ~25,000 rows/s.
-// Several instances may purge at once; they at worst wait on each other's
-// rows. onBatch, if not nil, is
-// told each batch's count. Returns the rows deleted.
+// its locks. They do compete with it for the server's CPU, log and buffer
+// pool (InnoDB's own purge threads finish each DELETE after it commits), so
+// after each batch Purge rests four times as long as the batch took. On 2
+// cores, with 150,000 expired records among 300,000, a writer's p99 went to
+// 3.8x its normal value during a flat-out purge, 2.2x resting twice as
+// long, 1.4x resting four times, which still purges ~4,400 rows/s, more
+// than this machine can write (docs/BENCHMARKS.md). Several instances may
+// purge at once; they at worst wait on each other's rows. onBatch, if not
+// nil, is told each batch's count. Returns the rows deleted.
 func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch func(deleted int64)) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("purge: batch must be positive, got %d", batch)
