@@ -25,13 +25,14 @@ import (
 // goes from 296 to ~70-80 bytes, a callback result from 65 to 35.
 //
 // Why klauspost/compress/flate and not compress/flate: the standard
-// library's encoder clears 640 KB of hash tables on every Reset, ~17 µs
-// (35 µs of CPU with two encoding at once) per stored response; klauspost's
-// fastest level keeps its table across resets and encodes an order in ~5 µs,
-// a few bytes shorter (BenchmarkCodec). It was already in the module graph
-// (prometheus/client_golang uses it); v1.20.4 because v1.20.1 does not use
-// the dictionary for inputs under 128 bytes (a callback result). The output is plain RFC 1951: any inflate with
-// the dictionary reads it (encoding_test.go checks with compress/flate).
+// library's encoder clears 640 KB of hash tables on every Reset, ~17 µs per
+// stored response (35 µs of CPU with two goroutines encoding at once);
+// klauspost's fastest level keeps its table across resets and encodes an
+// order in ~5 µs, a few bytes shorter (BenchmarkCodec). It was already in
+// the module graph (prometheus/client_golang uses it); v1.20.4 because
+// v1.20.1 ignores the dictionary for inputs under 128 bytes (a callback
+// result). The output is plain RFC 1951: any inflate given the dictionary
+// reads it (FuzzEncodingRoundTrip checks with compress/flate).
 
 // Encodings, the high 4 bits of response_format.
 const (
@@ -59,9 +60,9 @@ const dictionary1 = `urn:paysvc:problem:illegal_transition","title":"","status":
 const maxStoredResponse = 1 << 17
 
 // Codec encodes and decodes stored responses; it is safe for concurrent
-// use. Its pools keep flate's state (hundreds of KB per writer) from being allocated per
-// request. Every Engine has one; it is exported for tools that write
-// records in the service's format (cmd/bench).
+// use. Its pools keep flate's state (hundreds of KB per writer) from being
+// allocated per request. Every Engine has one; it is exported for tools
+// that write records in the service's format (cmd/bench).
 type Codec struct {
 	writers sync.Pool // *flate.Writer primed with dictionary1
 	readers sync.Pool // io.ReadCloser (flate reader, also a flate.Resetter)
@@ -103,7 +104,9 @@ func (c *Codec) Encode(resp Response) (uint8, []byte, error) {
 	if err == nil {
 		err = w.Close()
 	}
-	c.writers.Put(w) // Reset primes it for the next use; a reset now would cost a second priming
+	// Not reset to drop buf: Reset primes the window, and the next Get
+	// resets anyway; until then w keeps a few hundred bytes alive.
+	c.writers.Put(w)
 	if err != nil {
 		return 0, nil, fmt.Errorf("deflate response: %w", err)
 	}
