@@ -66,7 +66,7 @@
 // # What a record costs
 //
 // A record is written for every request and kept for its window, so its
-// layout is chosen by the byte (migration 000006): a 12-byte key hash
+// layout is chosen by the byte (migration 000002): a 12-byte key hash
 // instead of the key as primary key (the expiry index repeats it), 8 bytes
 // of the request's fingerprint, no creation time (expires_at says all the
 // window needs), and the response deflated with a preset dictionary

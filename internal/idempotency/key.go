@@ -107,7 +107,7 @@ func keyTables() (first, rest [256]bool) {
 // and provider names, which hold no NUL byte, so no two (scope, key) pairs
 // share an input. 96 bits: among a billion live keys an accidental
 // collision has odds of about 1 in 10^11, and aiming one at another
-// tenant's key takes a second preimage (2^96 hashes). See migration 000006
+// tenant's key takes a second preimage (2^96 hashes). See migration 000002
 // for what the 4 bytes saved twice per record are worth.
 type keyHash [12]byte
 

@@ -1,1 +1,0 @@
-RENAME TABLE idempotency_records TO idempotency_records_v2

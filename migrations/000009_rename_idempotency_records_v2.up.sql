@@ -1,1 +1,0 @@
-RENAME TABLE idempotency_records_v2 TO idempotency_records
