@@ -155,3 +155,56 @@ func TestPurgeRejectsBadBatch(t *testing.T) {
 		t.Fatal("batch 0 accepted")
 	}
 }
+
+// TestPurgeDoesNotBlockWriters holds one purge batch's locks open (Purge runs
+// inside a transaction the test commits only at the end) and inserts new
+// records whose expires_at lands before, inside and after the purged range.
+// None may wait: a claim that waits on a purge is answered "in flight". With
+// a DELETE … ORDER BY expires_at LIMIT, the scan's next-key locks made the
+// inside and after inserts wait out the lock timeout (1205).
+func TestPurgeDoesNotBlockWriters(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range 50 {
+		seedRecords(t, d.Gorm, fmt.Sprintf("old%d-", i), 1, now.Add(-time.Duration(100-i)*time.Second))
+	}
+
+	tx := d.Gorm.Begin()
+	if tx.Error != nil {
+		t.Fatal(tx.Error)
+	}
+	defer tx.Rollback()
+	n, err := idempotency.Purge(ctx, tx, now, 1000, nil)
+	if err != nil || n != 50 {
+		t.Fatalf("Purge = %d, %v; want 50 deleted", n, err)
+	}
+
+	tests := []struct {
+		name    string
+		expires time.Time
+	}{
+		{"before the purged range", now.Add(-200 * time.Second)},
+		{"inside the purged range", now.Add(-75*time.Second - 500*time.Millisecond)},
+		{"just past it", now.Add(time.Millisecond)},
+		{"a new claim's window", now.Add(24 * time.Hour)},
+	}
+	for _, tc := range tests {
+		began := time.Now()
+		// Autocommitted, on another connection, with the service's 1 s lock wait.
+		_, err := db.Exec(ctx, d.Gorm,
+			`INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+			 VALUES (?, ?, 1, ?, ?, ?)`,
+			idempotency.KeyHash("m:acme", "new-"+tc.name), make([]byte, 8), make([]byte, 16), now.Add(time.Minute), tc.expires)
+		if err != nil {
+			t.Errorf("%s: insert while a purge batch is open: %v (after %v)", tc.name, err, time.Since(began))
+		}
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Count(t, "SELECT COUNT(*) FROM idempotency_records"); got != int64(len(tests)) {
+		t.Errorf("%d records after purge and inserts, want %d", got, len(tests))
+	}
+}
