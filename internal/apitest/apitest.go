@@ -29,13 +29,17 @@ package apitest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +89,13 @@ type Validator struct {
 	// kin-openapi documents are not documented as safe for concurrent
 	// validation; requests of one test often run concurrently.
 	mu sync.Mutex
+	// checked remembers the verdict on each distinct exchange, keyed by a
+	// digest of everything the verdict depends on. The storms send the same
+	// exchange hundreds of times (replays, 409s), and one validation takes
+	// milliseconds, far more under the race detector: behind mu, 3,200
+	// concurrent clients queued here for tens of seconds before they could
+	// send their next request (docs/BENCHMARKS.md, "Overload").
+	checked sync.Map // [32]byte -> []error
 }
 
 // NewValidator parses and validates api.Spec and builds a Validator; it
@@ -156,6 +167,53 @@ func (v *Validator) Validate(req *http.Request, reqBody []byte, resp *http.Respo
 		// before any handler runs: not paysvc's to document.
 		return nil
 	}
+	digest := exchangeDigest(req, reqBody, resp, respBody)
+	if errs, ok := v.checked.Load(digest); ok {
+		return errs.([]error)
+	}
+	errs := v.validate(req, reqBody, resp, respBody)
+	v.checked.Store(digest, errs)
+	return errs
+}
+
+// exchangeDigest is SHA-256 over the request's method, URL, headers and
+// body and the response's status, headers and body: every input of a
+// verdict. Of the headers that differ on every exchange of the same content
+// (Date, X-Request-Id) only the presence counts: their values are not
+// validated.
+func exchangeDigest(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) [32]byte {
+	h := sha256.New()
+	field := func(b []byte) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	headers := func(hdr http.Header) {
+		for _, name := range slices.Sorted(maps.Keys(hdr)) {
+			field([]byte(name))
+			if name == "Date" || name == "X-Request-Id" {
+				continue // present, whatever its value
+			}
+			for _, v := range hdr[name] {
+				field([]byte(v))
+			}
+		}
+		field(nil)
+	}
+	field([]byte(req.Method))
+	field([]byte(req.URL.RequestURI()))
+	headers(req.Header)
+	field(reqBody)
+	field([]byte(strconv.Itoa(resp.StatusCode)))
+	headers(resp.Header)
+	field(respBody)
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+func (v *Validator) validate(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) []error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	ctx := context.Background()

@@ -28,9 +28,12 @@ import (
 
 // App is an assembled service.
 type App struct {
-	Config  config.Config
-	Log     *slog.Logger
-	DB      *gorm.DB
+	Config config.Config
+	Log    *slog.Logger
+	DB     *gorm.DB
+	// Reserve is a small pool apart from DB for clean-up after failures
+	// and for readiness (see idempotency.Options.Reserve).
+	Reserve *gorm.DB
 	Metrics *metrics.Metrics
 	Engine  *idempotency.Engine
 	Handler http.Handler
@@ -60,8 +63,13 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 			return nil, err
 		}
 	}
-	gdb, err := db.Open(dbcfg)
+	gdb, err := db.OpenPool(dbcfg, cfg.DBMaxConns)
 	if err != nil {
+		return nil, err
+	}
+	reserve, err := db.OpenPool(dbcfg, reserveConns)
+	if err != nil {
+		_ = db.Close(gdb)
 		return nil, err
 	}
 	now := opts.Now
@@ -76,12 +84,16 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Lease:        cfg.Lease,
 		InFlight:     mode,
 		InFlightWait: cfg.InFlightWait,
+		Timeout:      cfg.RequestTimeout,
+		Reserve:      reserve,
 		Now:          now,
 		Logger:       log,
 		BeforeCommit: opts.BeforeCommit,
 	})
 	verifiers, err := Verifiers(cfg.WebhookSecrets, cfg.WebhookTolerance, now)
 	if err != nil {
+		_ = db.Close(gdb)
+		_ = db.Close(reserve)
 		return nil, err
 	}
 	m := metrics.New()
@@ -96,9 +108,15 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Payments:       payments.NewService(now, nil, log),
 		Verifiers:      verifiers,
 		CallbackTTL:    cfg.CallbackTTL,
+		RequestTimeout: cfg.RequestTimeout,
+		Reserve:        reserve,
 	})
-	return &App{Config: cfg, Log: log, DB: gdb, Metrics: m, Engine: engine, Handler: handler, now: now}, nil
+	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now}, nil
 }
+
+// reserveConns sizes the reserve pool: releases and readiness pings are
+// single short statements.
+const reserveConns = 4
 
 // dbStartupWait is how long Open waits for the database server to accept
 // connections: in a compose file or on a rebooting host the service may
@@ -173,20 +191,41 @@ func (a *App) purgeLoop(ctx context.Context) {
 	}
 }
 
-// Close releases the database pool.
-func (a *App) Close() error { return db.Close(a.DB) }
+// Close releases the database pools.
+func (a *App) Close() error { return errors.Join(db.Close(a.DB), db.Close(a.Reserve)) }
+
+// HTTP server timeouts (README.md, "Configuration"). A client gets
+// ReadHeaderTimeout to send its headers and ReadTimeout for the whole
+// request (bodies are at most 64 KiB), so a slow or stalled client cannot
+// pin a connection and its goroutine; WriteTimeout leaves the handler its
+// request timeout and a margin to write the answer; idle keep-alive
+// connections are closed after IdleTimeout.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 15 * time.Second
+	writeMargin       = 5 * time.Second
+	IdleTimeout       = 60 * time.Second
+)
+
+// NewHTTPServer is the server Serve runs, with the timeouts above.
+func NewHTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
+	if requestTimeout <= 0 {
+		requestTimeout = config.Defaults().RequestTimeout
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      requestTimeout + writeMargin,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
 
 // Serve answers HTTP on ln until ctx is done, then stops accepting and
 // drains in-flight requests for up to the shutdown timeout.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           a.Handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
+	srv := NewHTTPServer(a.Handler, a.Config.RequestTimeout)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	purgeDone := make(chan struct{})

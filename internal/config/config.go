@@ -48,6 +48,8 @@ type Config struct {
 	AutoMigrate      bool                // PAYSVC_AUTO_MIGRATE
 	ShutdownTimeout  time.Duration       // PAYSVC_SHUTDOWN_TIMEOUT
 	LogLevel         slog.Level          // PAYSVC_LOG_LEVEL
+	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
+	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
 }
 
 const (
@@ -66,9 +68,17 @@ const (
 	envAutoMigrate      = "PAYSVC_AUTO_MIGRATE"
 	envShutdownTimeout  = "PAYSVC_SHUTDOWN_TIMEOUT"
 	envLogLevel         = "PAYSVC_LOG_LEVEL"
+	envDBMaxConns       = "PAYSVC_DB_MAX_CONNS"
+	envRequestTimeout   = "PAYSVC_REQUEST_TIMEOUT"
 )
 
-const maxPurgeBatch = 1_000_000
+const (
+	maxPurgeBatch = 1_000_000
+	// maxDBConns stays well under the servers' own connection limits
+	// (MariaDB's default max_connections is 151): past it, instances would
+	// be refused connections instead of queueing for them.
+	maxDBConns = 1000
+)
 
 // Defaults returns the contract's defaults. The maps are fresh on every call
 // so that one caller's changes never leak into another's configuration.
@@ -89,6 +99,8 @@ func Defaults() Config {
 		AutoMigrate:      true,
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         slog.LevelInfo,
+		DBMaxConns:       32,
+		RequestTimeout:   10 * time.Second,
 	}
 }
 
@@ -114,10 +126,12 @@ func Load(getenv func(string) string) (Config, error) {
 	l.inFlight(&c.InFlight)
 	l.duration(envInFlightWait, &c.InFlightWait, "5s, 500ms", false)
 	l.duration(envPurgeInterval, &c.PurgeInterval, "1m, 30s; 0 disables", true)
-	l.purgeBatch(&c.PurgeBatch)
+	l.intRange(envPurgeBatch, &c.PurgeBatch, 1, maxPurgeBatch, "5000")
 	l.autoMigrate(&c.AutoMigrate)
 	l.duration(envShutdownTimeout, &c.ShutdownTimeout, "10s, 1m", false)
 	l.logLevel(&c.LogLevel)
+	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
+	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -214,17 +228,17 @@ func (l *loader) inFlight(dst *InFlightMode) {
 	}
 }
 
-func (l *loader) purgeBatch(dst *int) {
-	v, ok := l.get(envPurgeBatch)
+func (l *loader) intRange(name string, dst *int, lo, hi int, example string) {
+	v, ok := l.get(name)
 	if !ok {
 		return
 	}
 	n, err := strconv.Atoi(v)
 	switch {
 	case err != nil:
-		l.fail(envPurgeBatch, "%q is not an integer (e.g. 5000)", v)
-	case n < 1 || n > maxPurgeBatch:
-		l.fail(envPurgeBatch, "%d is out of range (1 to %d)", n, maxPurgeBatch)
+		l.fail(name, "%q is not an integer (e.g. %s)", v, example)
+	case n < lo || n > hi:
+		l.fail(name, "%d is out of range (%d to %d)", n, lo, hi)
 	default:
 		*dst = n
 	}
@@ -490,6 +504,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("auto_migrate", c.AutoMigrate),
 		slog.String("shutdown_timeout", shortDuration(c.ShutdownTimeout)),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 	)
 }
 

@@ -22,7 +22,7 @@ func env(kv map[string]string) func(string) string {
 var allVars = []string{
 	envDSN, envAddr, envAPIKeys, envWebhookSecrets, envWebhookTolerance,
 	envIdempotencyTTL, envCallbackTTL, envLease, envInFlight, envInFlightWait,
-	envPurgeInterval, envPurgeBatch, envAutoMigrate, envShutdownTimeout, envLogLevel,
+	envPurgeInterval, envPurgeBatch, envAutoMigrate, envShutdownTimeout, envLogLevel, envDBMaxConns, envRequestTimeout,
 }
 
 // Secrets used below. The Standard Webhooks test-vector secret is unpadded
@@ -54,6 +54,8 @@ func TestDefaultsAreTheContract(t *testing.T) {
 		AutoMigrate:      true,
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         slog.LevelInfo,
+		DBMaxConns:       32,
+		RequestTimeout:   10 * time.Second,
 	}
 	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Defaults() = %#v\nwant %#v", got, want)
@@ -142,6 +144,10 @@ func TestLoadValid(t *testing.T) {
 		{envLogLevel, "WARN", func(c *Config) { c.LogLevel = slog.LevelWarn }},
 		{envLogLevel, "Error", func(c *Config) { c.LogLevel = slog.LevelError }},
 		{envLogLevel, "info", func(c *Config) { c.LogLevel = slog.LevelInfo }},
+		{envDBMaxConns, "2", func(c *Config) { c.DBMaxConns = 2 }},
+		{envDBMaxConns, "1000", func(c *Config) { c.DBMaxConns = 1000 }},
+		{envRequestTimeout, "2500ms", func(c *Config) { c.RequestTimeout = 2500 * time.Millisecond }},
+		{envRequestTimeout, "1m", func(c *Config) { c.RequestTimeout = time.Minute }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -286,6 +292,15 @@ func TestLoadErrors(t *testing.T) {
 		{"purge batch zero", map[string]string{envPurgeBatch: "0"}, envPurgeBatch, "0 is out of range (1 to 1000000)", nil},
 		{"purge batch negative", map[string]string{envPurgeBatch: "-5"}, envPurgeBatch, "is out of range", nil},
 		{"purge batch too big", map[string]string{envPurgeBatch: "1000001"}, envPurgeBatch, "is out of range", nil},
+
+		// PAYSVC_DB_MAX_CONNS
+		{"max conns zero", map[string]string{envDBMaxConns: "0"}, envDBMaxConns, "0 is out of range (1 to 1000)", nil},
+		{"max conns not a number", map[string]string{envDBMaxConns: "many"}, envDBMaxConns, `"many" is not an integer`, nil},
+		{"max conns too big", map[string]string{envDBMaxConns: "1001"}, envDBMaxConns, "is out of range", nil},
+
+		// PAYSVC_REQUEST_TIMEOUT
+		{"request timeout zero", map[string]string{envRequestTimeout: "0s"}, envRequestTimeout, "must be greater than 0", nil},
+		{"request timeout unitless", map[string]string{envRequestTimeout: "10"}, envRequestTimeout, "is not a duration", nil},
 
 		// PAYSVC_AUTO_MIGRATE
 		{"auto migrate yes", map[string]string{envAutoMigrate: "yes"}, envAutoMigrate, `"yes" is not a boolean`, nil},
@@ -439,6 +454,8 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"auto_migrate":      true,
 		"shutdown_timeout":  "10s",
 		"log_level":         "INFO",
+		"db_max_conns":      32.0,
+		"request_timeout":   "10s",
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)

@@ -1,7 +1,13 @@
 package db
 
 import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
@@ -13,6 +19,27 @@ const (
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
 )
+
+// Server errors that say the server cannot serve now, not that the statement
+// is wrong: a retry elsewhere or later may succeed.
+var unavailableNumbers = map[uint16]bool{
+	1040: true, // too many connections
+	1047: true, // Galera: WSREP has not yet prepared node for application use
+	1053: true, // server shutdown in progress
+	1205: true, // lock wait timeout (after the engine's retries)
+	1213: true, // deadlock, or a Galera certification failure (after retries)
+	1317: true, // query execution was interrupted
+	1927: true, // connection was killed
+	3024: true, // MySQL: max_execution_time exceeded
+	1969: true, // MariaDB: max_statement_time exceeded
+	4031: true, // MariaDB: disconnected by the server for inactivity
+}
+
+// ErrUnavailable is what every database fault becomes for a client: the
+// database could not be reached in time, no pooled connection came free, or
+// a conflict kept failing after retries. Nothing was stored; the request may
+// be retried as it is (CONTRACT §9: 503 unavailable with Retry-After).
+var ErrUnavailable = errors.New("database unavailable")
 
 func number(err error) uint16 {
 	var me *mysql.MySQLError
@@ -28,7 +55,8 @@ func IsDuplicate(err error) bool {
 }
 
 // IsDeadlock reports 1213: InnoDB chose this transaction as the victim and
-// rolled all of it back, so the whole transaction may be run again.
+// rolled all of it back (Galera reports a lost certification the same way),
+// so the whole transaction may be run again.
 func IsDeadlock(err error) bool { return number(err) == errDeadlock }
 
 // IsLockWaitTimeout reports 1205: a statement gave up waiting for a row lock.
@@ -38,6 +66,34 @@ func IsLockWaitTimeout(err error) bool { return number(err) == errLockWaitTimeou
 // IsRetryable reports errors after which running the whole transaction again
 // is safe and likely to succeed.
 func IsRetryable(err error) bool { return IsDeadlock(err) || IsLockWaitTimeout(err) }
+
+// IsUnavailable reports an error that comes from the database being out of
+// reach, overloaded or in conflict rather than from a bug: the context's
+// deadline (no connection came free, or the work outlived the request
+// timeout), a refused, reset or lost connection, or a server error of
+// unavailableNumbers. Such an error is a 503, never a 500.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	if n := number(err); n != 0 {
+		return unavailableNumbers[n]
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) ||
+		errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, sql.ErrTxDone) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
+}
 
 // ServerAnswered reports an error the server itself sent (bad credentials,
 // unknown database, ...): retrying the same request will not help.

@@ -583,9 +583,11 @@ func TestCallbackResults(t *testing.T) {
 			order: cbWantOrder{Status: "CREATED", Version: 1},
 		},
 		{
-			name:   "400 invalid_request: unknown type",
+			// v2: acknowledged so that the provider does not disable the
+			// endpoint; not stored, nothing written.
+			name:   "unhandled: a type this service does not act on",
 			body:   raw(`{"type":"payment.refunded","data":{"order_no":"ORDER","txn_id":"TXN","amount":1000,"currency":"EUR"}}`),
-			status: 400, want: "invalid_request", detail: "type",
+			status: 200, want: "unhandled",
 			order: cbWantOrder{Status: "CREATED", Version: 1},
 		},
 		{
@@ -653,6 +655,9 @@ func TestCallbackResults(t *testing.T) {
 			}
 			if tc.status == 200 {
 				wantBody := fmt.Sprintf(`{"result":%q,"order_no":%q}`, tc.want, cbOrderNoOf(body))
+				if tc.want == "unhandled" {
+					wantBody = `{"result":"unhandled"}`
+				}
 				if string(a.Body) != wantBody || a.ContentType != "application/json" {
 					t.Errorf("body %s (%s), want %s (application/json)", a.Body, a.ContentType, wantBody)
 				}

@@ -13,8 +13,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -31,9 +34,6 @@ const (
 	// ordersPath is both the URL path and the route template that labels
 	// the idempotency metrics.
 	ordersPath = "/v1/orders"
-	// maxRetrySleep caps Retry-After in tests: the service says "1" (second)
-	// and a test that honoured it literally would spend its budget asleep.
-	maxRetrySleep = 50 * time.Millisecond
 )
 
 // httpClient is shared by every test. The storms open well over a thousand
@@ -90,6 +90,7 @@ type answer struct {
 	Location   string // Location header
 	RetryAfter string // Retry-After header, verbatim
 	Code       string // problem code, "" unless application/problem+json
+	Took       time.Duration
 }
 
 func (a answer) String() string {
@@ -123,6 +124,7 @@ func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, 
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	began := time.Now()
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return answer{}, err
@@ -138,6 +140,7 @@ func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, 
 		Replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
 		Location:   resp.Header.Get("Location"),
 		RetryAfter: resp.Header.Get("Retry-After"),
+		Took:       time.Since(began),
 	}
 	if resp.Header.Get("Content-Type") == "application/problem+json" {
 		var p struct {
@@ -151,26 +154,35 @@ func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, 
 	return a, nil
 }
 
-// retryAfter checks a 409's Retry-After (whole seconds, CONTRACT §4) and
-// returns how long the test sleeps: the header's value, capped.
+// retryAfter checks the Retry-After of a 409 in use or a 503 (whole
+// seconds, CONTRACT §4 and §9) and returns how long a well-behaved client
+// waits: what the header says, plus up to a tenth of a second of jitter so
+// that the clients of a storm do not all come back in the same instant.
 func retryAfter(a answer) (time.Duration, error) {
 	secs, err := strconv.Atoi(a.RetryAfter)
 	if err != nil || secs < 1 {
-		return 0, fmt.Errorf("409 in use with Retry-After %q, want a positive integer", a.RetryAfter)
+		return 0, fmt.Errorf("%d %s with Retry-After %q, want a positive integer", a.Status, a.Code, a.RetryAfter)
 	}
-	return min(time.Duration(secs)*time.Second, maxRetrySleep), nil
+	return time.Duration(secs)*time.Second + rand.N(100*time.Millisecond), nil
 }
 
-// retryOn500 makes createUntilFinal retry 5xx answers too, as a client
-// must: a 5xx stores nothing final (CONTRACT §4).
+// retryOn500 makes createUntilFinal retry 500 answers too, as a client
+// must after a fault: a 5xx stores nothing final (CONTRACT §4). Without it
+// a 500 is a final answer, which the storm tests then refuse.
 const retryOn500 = true
 
+// finalWithin is how long a client keeps retrying before it gives up: far
+// above any honest wait (a request is answered within the request timeout,
+// 10 s, plus about a second), so that only a request that is never
+// answered, not a slow machine, fails a test.
+const finalWithin = 3 * time.Minute
+
 // createUntilFinal is a well-behaved client: it sends the create and
-// retries while the key is in use (sleeping Retry-After, capped) and, with
-// on500, after a 5xx. It returns the final answer and every answer seen,
-// in order (the final one last).
+// retries, after Retry-After, while the key is in use (409) or the service
+// is unavailable (503), and, with on500, after a 500. It returns the final
+// answer and every answer seen, in order (the final one last).
 func createUntilFinal(ctx context.Context, baseURL, key string, body []byte, on500 bool) (answer, []answer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, finalWithin)
 	defer cancel()
 	var trace []answer
 	for {
@@ -181,7 +193,7 @@ func createUntilFinal(ctx context.Context, baseURL, key string, body []byte, on5
 		trace = append(trace, a)
 		var pause time.Duration
 		switch {
-		case a.inUse():
+		case a.inUse() || a.Status == http.StatusServiceUnavailable:
 			if pause, err = retryAfter(a); err != nil {
 				return answer{}, trace, fmt.Errorf("key %s: %w", key, err)
 			}
@@ -200,7 +212,7 @@ func createUntilFinal(ctx context.Context, baseURL, key string, body []byte, on5
 
 // tally counts answers by kind, for the logs and the assertions.
 type tally struct {
-	first, replayed, inUse, serverErrors, other int
+	first, replayed, inUse, unavailable, serverErrors, other int
 }
 
 func (c *tally) add(trace []answer) {
@@ -212,6 +224,8 @@ func (c *tally) add(trace []answer) {
 			c.replayed++
 		case a.inUse():
 			c.inUse++
+		case a.Status == http.StatusServiceUnavailable:
+			c.unavailable++
 		case a.Status >= 500:
 			c.serverErrors++
 		default:
@@ -221,8 +235,8 @@ func (c *tally) add(trace []answer) {
 }
 
 func (c tally) String() string {
-	return fmt.Sprintf("201 first=%d, 201 replayed=%d, 409 in use=%d, 5xx=%d, other=%d",
-		c.first, c.replayed, c.inUse, c.serverErrors, c.other)
+	return fmt.Sprintf("201 first=%d, 201 replayed=%d, 409 in use=%d, 503=%d, other 5xx=%d, other=%d",
+		c.first, c.replayed, c.inUse, c.unavailable, c.serverErrors, c.other)
 }
 
 // Idempotency record states (idempotency_records.status).
@@ -346,3 +360,73 @@ func (c *fakeClock) Advance(d time.Duration) {
 // errInjected marks a fault a test injected, so that it is never mistaken
 // for a real one in a failure message.
 var errInjected = errors.New("injected fault")
+
+// percentiles summarises latencies for a log line.
+func percentiles(d []time.Duration) string {
+	if len(d) == 0 {
+		return "no answers"
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", len(d), at(0.50).Round(time.Millisecond),
+		at(0.99).Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+}
+
+// serverLatency reads paysvc_http_request_duration_seconds for POST route
+// from the service's registry: the time from the handler chain's start to
+// its end, without the client's queueing for a connection to the server.
+// Quantiles are the upper bounds of histogram buckets.
+func serverLatency(t testing.TB, a *app.App, route string) string {
+	t.Helper()
+	families, err := a.Metrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	counts := map[float64]uint64{}
+	var total uint64
+	for _, mf := range families {
+		if mf.GetName() != "paysvc_http_request_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["route"] != route || labels["method"] != http.MethodPost {
+				continue
+			}
+			h := m.GetHistogram()
+			total += h.GetSampleCount()
+			for _, b := range h.GetBucket() {
+				counts[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+	}
+	bounds := slices.Sorted(maps.Keys(counts))
+	quantile := func(q float64) string {
+		for _, ub := range bounds {
+			if float64(counts[ub]) >= q*float64(total) {
+				return fmt.Sprintf("≤%gs", ub)
+			}
+		}
+		return "above the last bucket"
+	}
+	return fmt.Sprintf("n=%d p50 %s p99 %s", total, quantile(0.5), quantile(0.99))
+}
+
+// poolStats is the request pool's queueing, for the logs.
+func poolStats(a *app.App) string {
+	sqlDB, err := a.DB.DB()
+	if err != nil {
+		return err.Error()
+	}
+	st := sqlDB.Stats()
+	mean := time.Duration(0)
+	if st.WaitCount > 0 {
+		mean = st.WaitDuration / time.Duration(st.WaitCount)
+	}
+	return fmt.Sprintf("%d connections, %d waits for one, %v in all, %v on average",
+		st.MaxOpenConnections, st.WaitCount, st.WaitDuration.Round(time.Millisecond), mean.Round(time.Millisecond))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
@@ -14,6 +15,14 @@ import (
 
 // ErrUnknownProvider: no webhook secret is configured for the provider.
 var ErrUnknownProvider = errors.New("unknown provider")
+
+// The answer to an event of a type no handler acts on (CONTRACT §5 v2).
+var unhandledBody = marshal(struct {
+	Result payments.Result `json:"result"`
+}{payments.Unhandled})
+
+// unhandledTypeLabel is the metrics type label of unhandled events.
+const unhandledTypeLabel = "other"
 
 type callbackJSON struct {
 	Result  payments.Result `json:"result"`
@@ -41,6 +50,13 @@ func (s *server) callback(c *gin.Context) {
 		return
 	}
 	ev, data, err := payments.DecodeEvent(body)
+	if errors.Is(err, payments.ErrUnhandledType) {
+		// Acknowledged, not stored and nothing written; counted under one
+		// type label, since the type is the provider's to choose.
+		s.countCallback(provider, unhandledTypeLabel, string(payments.Unhandled))
+		c.Data(http.StatusOK, contentTypeJSON, unhandledBody)
+		return
+	}
 	if err != nil {
 		s.countCallback(provider, "", "invalid_request")
 		s.fail(c, err)

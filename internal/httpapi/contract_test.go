@@ -840,6 +840,13 @@ func TestContractBodyValidation(t *testing.T) {
 		{name: "description 255 runes of é", body: obj(mon("v41"), amount("100"), currency(usd), desc(strings.Repeat("é", 255))), ok: true},
 		{name: "description 256 characters", body: obj(mon("v42"), amount("100"), currency(usd), desc(strings.Repeat("d", 256))), field: "description"},
 		{name: "description empty", body: obj(mon("v43"), amount("100"), currency(usd), desc("")), ok: true},
+		// v2: free text keeps its lines; other control characters stay out.
+		{name: "description with tab, LF and CR", body: obj(mon("v44"), amount("100"), currency(usd), desc("line 1\r\n\tline 2\n")), ok: true},
+		{name: "description with NUL", body: obj(mon("v45"), amount("100"), currency(usd), `"description":"a\u0000b"`), field: "description"},
+		{name: "description with ESC", body: obj(mon("v46"), amount("100"), currency(usd), `"description":"\u001b[31mred"`), field: "description"},
+		{name: "description with vertical tab", body: obj(mon("v47"), amount("100"), currency(usd), `"description":"a\u000bb"`), field: "description"},
+		{name: "description with DEL", body: obj(mon("v48"), amount("100"), currency(usd), `"description":"a\u007fb"`), field: "description"},
+		{name: "description with C1 control", body: obj(mon("v49"), amount("100"), currency(usd), `"description":"a\u0085b"`), field: "description"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

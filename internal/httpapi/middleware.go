@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
@@ -75,6 +76,19 @@ func (s *server) accessLog(c *gin.Context) {
 		"merchant", c.GetString(merchantKey),
 		"replayed", c.Writer.Header().Get(ReplayedHeader) == "true",
 	)
+}
+
+// deadline bounds the work on every request (PAYSVC_REQUEST_TIMEOUT): the
+// database calls below it take their deadline from the request's context,
+// so nothing waits for a pooled connection or a lock past it, and the
+// request is answered 503 instead of hanging (CONTRACT §9).
+func deadline(timeout time.Duration) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), timeout)
+		defer cancel()
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
+	}
 }
 
 // recovery turns a panic into a logged 500 problem.

@@ -75,7 +75,7 @@ func decodeCreate(obj map[string]any) (orders.CreateInput, error) {
 		MerchantOrderNo: f.Text("merchant_order_no", true, MaxMerchantOrderNo),
 		Amount:          f.Amount("amount"),
 		Currency:        f.Currency("currency"),
-		Description:     f.Text("description", false, MaxDescription),
+		Description:     f.FreeText("description", MaxDescription),
 	}
 	return in, f.Err()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -20,7 +21,8 @@ var (
 	ErrUnauthorized         = errors.New("missing or unknown API key")
 	ErrRouteNotFound        = errors.New("no such route")
 	ErrMethodNotAllowed     = errors.New("method not allowed on this route")
-	ErrUnavailable          = errors.New("database unavailable")
+	// ErrUnavailable is the database's: every fault of it answers 503.
+	ErrUnavailable = db.ErrUnavailable
 )
 
 // problemKind is one row of the error table.
@@ -71,6 +73,11 @@ func kindOf(err error) problemKind {
 		if errors.Is(err, k.err) {
 			return k
 		}
+	}
+	// A driver or network error that reached here unwrapped (a plain read
+	// outside the engine) is still the database's fault, not a bug.
+	if db.IsUnavailable(err) {
+		return kindOf(ErrUnavailable)
 	}
 	return internalKind
 }

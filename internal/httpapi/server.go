@@ -40,6 +40,11 @@ type Deps struct {
 	Verifiers map[string]*webhooks.Verifier
 	// CallbackTTL is the window of provider callbacks.
 	CallbackTTL time.Duration
+	// RequestTimeout bounds the work on every request (CONTRACT §9).
+	RequestTimeout time.Duration
+	// Reserve is the small pool kept apart from DB; readiness pings it, so
+	// that a saturated request pool does not read as a lost database.
+	Reserve *gorm.DB
 }
 
 type server struct {
@@ -50,6 +55,7 @@ type server struct {
 	metrics *metrics.Metrics
 	auth    *authenticator
 	ttl     time.Duration
+	reserve *gorm.DB
 
 	payments    *payments.Service
 	verifiers   map[string]*webhooks.Verifier
@@ -66,6 +72,7 @@ func New(d Deps) *gin.Engine {
 		metrics: d.Metrics,
 		auth:    newAuthenticator(d.APIKeys),
 		ttl:     d.IdempotencyTTL,
+		reserve: d.Reserve,
 
 		payments:    d.Payments,
 		verifiers:   d.Verifiers,
@@ -75,7 +82,14 @@ func New(d Deps) *gin.Engine {
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
-	r.Use(requestID, s.accessLog, s.recovery)
+	if s.reserve == nil {
+		s.reserve = d.DB
+	}
+	timeout := d.RequestTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	r.Use(requestID, s.accessLog, s.recovery, deadline(timeout))
 	r.NoRoute(func(c *gin.Context) { s.fail(c, ErrRouteNotFound) })
 	r.NoMethod(func(c *gin.Context) { s.fail(c, ErrMethodNotAllowed) })
 
@@ -97,7 +111,7 @@ func New(d Deps) *gin.Engine {
 func (s *server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
 	defer cancel()
-	if err := db.Ping(ctx, s.db); err != nil {
+	if err := db.Ping(ctx, s.reserve); err != nil {
 		s.log.WarnContext(ctx, "readiness check failed", "err", err)
 		s.fail(c, ErrUnavailable)
 		return
@@ -174,11 +188,26 @@ func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
 
 func (s *server) fail(c *gin.Context, err error) { Fail(c, s.log, err) }
 
+// unavailableRetryAfter is the Retry-After of a 503 that carries none of
+// its own: a database fault usually clears within seconds, and a client that
+// comes back at once only adds to an overload.
+const unavailableRetryAfter = 1
+
 // Fail answers err as a problem; a 5xx is logged with the request ID, since
-// its detail says nothing to the client.
+// its detail says nothing to the client. A 503 always says when to retry.
 func Fail(c *gin.Context, log *slog.Logger, err error) {
 	p := problemResponse(err)
-	if p.Status >= 500 {
+	switch {
+	case p.Status == http.StatusServiceUnavailable:
+		retry := unavailableRetryAfter
+		var ue *idempotency.UnavailableError
+		if errors.As(err, &ue) {
+			retry = ue.RetryAfterSeconds()
+		}
+		c.Header("Retry-After", strconv.Itoa(retry))
+		log.WarnContext(c.Request.Context(), "request answered unavailable", "request_id", c.GetString(requestIDKey),
+			"route", c.FullPath(), "err", err.Error())
+	case p.Status >= 500:
 		log.ErrorContext(c.Request.Context(), "request failed", "request_id", c.GetString(requestIDKey),
 			"route", c.FullPath(), "err", err.Error())
 	}

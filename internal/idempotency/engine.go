@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"gorm.io/gorm"
@@ -115,15 +116,48 @@ func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
 // status of 500 or more, rolls everything back and frees the key.
 type Func func(ctx context.Context, tx *gorm.DB) (Response, error)
 
+// UnavailableError: the database could not do the request's work in time —
+// no pooled connection came free, the server was out of reach, or a
+// conflict (deadlock, lock wait, Galera certification) kept failing after
+// jittered retries until the request timeout. Nothing was stored and the
+// claim was released (or, if even that failed, it is freed by its lease):
+// the client retries after RetryAfter and the request runs anew.
+type UnavailableError struct {
+	Key        string
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("key %q: %v: %v", e.Key, db.ErrUnavailable, e.Err)
+}
+
+// Unwrap makes errors.Is(err, db.ErrUnavailable) true and keeps the cause.
+func (e *UnavailableError) Unwrap() []error { return []error{db.ErrUnavailable, e.Err} }
+
+// RetryAfterSeconds is the whole-second value of the Retry-After header.
+func (e *UnavailableError) RetryAfterSeconds() int {
+	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
+}
+
 // Options tune an Engine; zero values take the defaults in parentheses.
 type Options struct {
 	Lease        time.Duration // PAYSVC_IDEMPOTENCY_LEASE (30s)
 	InFlight     InFlightMode  // PAYSVC_IN_FLIGHT (Reject)
 	InFlightWait time.Duration // PAYSVC_IN_FLIGHT_WAIT (5s)
-	RetryAfter   time.Duration // suggested delay for in-flight duplicates (1s)
-	MaxAttempts  int           // runs of the transaction on deadlock (3)
-	Now          func() time.Time
-	Logger       *slog.Logger
+	RetryAfter   time.Duration // suggested delay for in-flight duplicates and 503s (1s)
+	// Timeout bounds all of Do's work (PAYSVC_REQUEST_TIMEOUT, 10s): waiting
+	// for a connection, claiming, retrying conflicts. What is still undone
+	// then is answered with an *UnavailableError.
+	Timeout time.Duration
+	// Reserve, if set, is a small pool kept apart from gdb for the
+	// statements that clean up after a failure (releasing a claim, reading
+	// back a COMMIT whose answer was lost). They must not queue behind the
+	// requests that saturate the main pool, or a failed request's key would
+	// answer "in flight" until its lease ran out. Without it gdb is used.
+	Reserve *gorm.DB
+	Now     func() time.Time
+	Logger  *slog.Logger
 	// BeforeCommit, if set, runs inside the transaction after the response
 	// is fenced and before COMMIT. It exists for fault-injection tests: an
 	// error here must leave no trace of the request.
@@ -133,9 +167,10 @@ type Options struct {
 // Engine runs requests at most once per key. It holds no request state in
 // memory: everything it knows is in idempotency_records.
 type Engine struct {
-	db    *gorm.DB
-	codec *Codec
-	opts  Options
+	db      *gorm.DB
+	reserve *gorm.DB
+	codec   *Codec
+	opts    Options
 }
 
 // New returns an Engine over gdb.
@@ -149,8 +184,8 @@ func New(gdb *gorm.DB, opts Options) *Engine {
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = time.Second
 	}
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 3
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -158,7 +193,11 @@ func New(gdb *gorm.DB, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{db: gdb, codec: NewCodec(), opts: opts}
+	reserve := opts.Reserve
+	if reserve == nil {
+		reserve = gdb
+	}
+	return &Engine{db: gdb, reserve: reserve, codec: NewCodec(), opts: opts}
 }
 
 // Polling in wait mode starts fast (most requests finish in milliseconds)
@@ -169,33 +208,91 @@ const (
 	// maxRounds bounds the claim loop; each round ends in a decision unless
 	// another request changed the record in between.
 	maxRounds = 1000
+	// A conflict (1213, 1205) is retried after a jittered delay that starts
+	// at firstBackoff and doubles up to maxBackoff, for as long as the
+	// request's deadline leaves room.
+	firstBackoff = 5 * time.Millisecond
+	maxBackoff   = 250 * time.Millisecond
+	// cleanupBudget is what the statements after a failure may take, past
+	// the request's own deadline if need be: a request is answered within
+	// its timeout plus about this.
+	cleanupBudget = time.Second
 )
 
 // Do runs fn at most once for req's key and returns its response, or the
-// stored one. Errors: ErrKeyReused, an *InFlightError, or a failure of fn or
-// the database (after which the key is free again).
+// stored one. Errors: ErrKeyReused, an *InFlightError, an *UnavailableError,
+// or a failure of fn (after which the key is free again).
+//
+// Each round runs on one connection taken from the pool for the round: the
+// claim INSERT and, if it wins, the business transaction use the same
+// connection. A holder that has claimed its key therefore never queues for
+// the pool again behind the duplicates it keeps waiting (the cause of the
+// storm stalls measured in docs/BENCHMARKS.md, "Overload"). A waiting
+// duplicate gives its connection back between polls.
 func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	defer cancel()
 	waitUntil := e.opts.Now().Add(e.opts.InFlightWait)
 	poll := firstPoll
 	id := hashKey(req.Scope, req.Key)
+	probe := false
 	for range maxRounds {
-		res, st, err := e.round(ctx, req, id, fn)
+		var (
+			res Result
+			st  roundState
+			err error
+		)
+		connErr := e.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
+			res, st, err = e.round(ctx, conn, req, id, fn, probe)
+			return nil
+		})
+		if connErr != nil {
+			return Result{}, e.unavailable(req, fmt.Errorf("connection for key %q: %w", req.Key, connErr))
+		}
 		switch st {
 		case answered:
-			return res, err
+			return res, e.classify(req, err)
 		case again:
+			if err != nil {
+				return Result{}, e.classify(req, err)
+			}
+			probe = false
 			continue
 		}
+		probe = true
 		now := e.opts.Now()
 		if e.opts.InFlight == Reject || !now.Before(waitUntil) {
 			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
 		}
-		if err := sleep(ctx, min(poll, waitUntil.Sub(now))); err != nil {
-			return Result{}, fmt.Errorf("wait for key %q: %w", req.Key, err)
+		pause := min(poll, waitUntil.Sub(now))
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < pause+maxPoll {
+			// The request's time is up before the first could finish: the
+			// wait ran out, which is a 409 in wait mode too.
+			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return Result{}, e.unavailable(req, fmt.Errorf("wait for key %q: %w", req.Key, err))
 		}
 		poll = min(2*poll, maxPoll)
 	}
 	return Result{}, fmt.Errorf("key %q: no decision after %d rounds", req.Key, maxRounds)
+}
+
+// classify turns a database fault into an *UnavailableError and leaves
+// every other error as it is.
+func (e *Engine) classify(req Request, err error) error {
+	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || !db.IsUnavailable(err) {
+		return err
+	}
+	return e.unavailable(req, err)
+}
+
+func (e *Engine) unavailable(req Request, err error) error {
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		return err
+	}
+	return &UnavailableError{Key: req.Key, RetryAfter: e.opts.RetryAfter, Err: err}
 }
 
 // roundState is how one round ended.
@@ -208,36 +305,58 @@ const (
 )
 
 // round tries to claim the key and, if another request has it, acts on its
-// record: 2 statements for a replay (INSERT → 1062, SELECT).
-func (e *Engine) round(ctx context.Context, req Request, id keyHash, fn Func) (Result, roundState, error) {
+// record: 2 statements for a replay (INSERT → 1062, SELECT). A probe round
+// (a waiting duplicate's poll) reads the record first and claims only if it
+// has gone: 1 statement per poll while the holder runs.
+func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, probe bool) (Result, roundState, error) {
 	now := e.opts.Now().UTC()
+	if probe {
+		rec, found, err := load(ctx, conn, e.codec, req, id, false)
+		if err != nil {
+			return Result{}, answered, err
+		}
+		if found {
+			return e.decide(ctx, conn, req, id, fn, rec, now)
+		}
+	}
 	o := newOwner()
-	claim, err := insertClaim(ctx, e.db, req, id, o, now, now.Add(e.opts.Lease))
+	claim, err := insertClaim(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
 	switch {
 	case err != nil:
 		// The INSERT may have committed before the connection failed; we
 		// ran nothing, so free the key now rather than after the lease.
-		e.release(ctx, req, id, o)
+		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
 		return Result{}, answered, err
 	case claim == claimWon:
-		return e.executed(e.execute(ctx, req, id, o, OutcomeFirst, fn))
+		return e.executed(e.execute(ctx, conn, req, id, o, OutcomeFirst, fn))
 	case claim == claimLocked:
 		return Result{}, inFlight, nil
 	}
-	rec, found, err := load(ctx, e.db, e.codec, req, id)
+	rec, found, err := load(ctx, conn, e.codec, req, id, false)
 	switch {
 	case err != nil:
 		return Result{}, answered, err
 	case !found:
 		// Released or purged since our INSERT.
 		return Result{}, again, nil
+	}
+	return e.decide(ctx, conn, req, id, fn, rec, now)
+}
+
+// decide acts on the record another request wrote for the key.
+func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, rec record, now time.Time) (Result, roundState, error) {
+	switch {
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
-		return Result{}, again, deleteExpired(ctx, e.db, req, id, now)
+		return Result{}, again, deleteExpired(ctx, conn, req, id, now)
 	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
-		// Fall through to the take-over: the holder is presumed dead, and
-		// a dead holder stored nothing, so the key is bound to no request
-		// any more — whatever this one asks, as after a 5xx.
+		// Fall through to the take-over. The holder is presumed dead, and a
+		// dead holder stored nothing, so the key is bound to no request any
+		// more — whatever this one asks, as after a 5xx: the take-over
+		// rebinds the key to this request's fingerprint. This is checked
+		// before the fingerprint for that reason, and the window keeps
+		// running from the first claim (expires_at is not moved), so a key
+		// never outlives the window its first request was promised.
 	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
@@ -245,16 +364,17 @@ func (e *Engine) round(ctx context.Context, req Request, id keyHash, fn Func) (R
 	default:
 		return Result{}, inFlight, nil
 	}
-	won, err := takeOver(ctx, e.db, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
+	o := newOwner()
+	won, err := takeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
-		e.release(ctx, req, id, o)
+		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
 		return Result{}, answered, err
 	}
 	if !won {
 		return Result{}, again, nil
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	return e.executed(e.execute(ctx, req, id, o, OutcomeTakenOver, fn))
+	return e.executed(e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn))
 }
 
 // executed maps execute's answer to a round state: a lost fence means
@@ -266,12 +386,14 @@ func (e *Engine) executed(res Result, err error) (Result, roundState, error) {
 	return res, answered, err
 }
 
-// execute runs fn and the fence in one transaction, retrying the whole
-// transaction on deadlock. On failure it releases the claim.
-func (e *Engine) execute(ctx context.Context, req Request, id keyHash, o owner, outcome Outcome, fn Func) (res Result, err error) {
+// execute runs fn and the fence in one transaction on conn, running the
+// whole transaction again after a conflict (1213 deadlock or Galera
+// certification failure, 1205 lock wait timeout) with jittered backoff while
+// the request's deadline leaves room. On failure it releases the claim.
+func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.release(ctx, req, id, o)
+			e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
 			panic(p)
 		}
 	}()
@@ -279,9 +401,10 @@ func (e *Engine) execute(ctx context.Context, req Request, id keyHash, o owner, 
 	// case it is never taken over while it still works.
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
+	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		var resp Response // set once everything but COMMIT has succeeded
-		err = e.db.WithContext(txCtx).Transaction(func(tx *gorm.DB) error {
+		err = conn.WithContext(txCtx).Transaction(func(tx *gorm.DB) error {
 			r, err := fn(txCtx, tx)
 			if err != nil {
 				return err
@@ -306,29 +429,51 @@ func (e *Engine) execute(ctx context.Context, req Request, id keyHash, o owner, 
 		if errors.Is(err, errLeaseLost) {
 			return Result{}, err
 		}
-		if db.IsRetryable(err) && attempt < e.opts.MaxAttempts && txCtx.Err() == nil {
-			continue
-		}
-		if resp.Status != 0 {
-			// Everything ran; only COMMIT failed, and a COMMIT whose
-			// connection dropped may have succeeded on the server.
-			if res, ok := e.committedAnyway(ctx, req, id, resp, outcome); ok {
-				return res, nil
+		if db.IsRetryable(err) && resp.Status == 0 {
+			pause := jitter(backoff)
+			backoff = min(2*backoff, maxBackoff)
+			if deadline, ok := txCtx.Deadline(); !ok || time.Until(deadline) > pause {
+				if sleep(txCtx, pause) == nil {
+					continue
+				}
 			}
 		}
-		e.release(ctx, req, id, o)
-		return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
+		return e.failed(ctx, req, id, o, resp, outcome, attempt, err)
 	}
 }
 
-// committedAnyway reads the record after a failed COMMIT. If it is
-// COMPLETED for this request, the commit went through: answer with what was
-// stored (this request's own response, unless another holder's committed
-// first), instead of a 5xx that would contradict the stored outcome.
+// failed settles a request whose transaction did not commit, or whose
+// COMMIT's answer was lost, and returns what the client gets.
+func (e *Engine) failed(ctx context.Context, req Request, id keyHash, o owner, resp Response, outcome Outcome, attempt int, err error) (res Result, _ error) {
+	settled := false
+	e.cleanup(ctx, func(ctx context.Context) {
+		if resp.Status != 0 {
+			// Everything ran; only COMMIT failed, and a COMMIT whose
+			// connection dropped may have succeeded on the server.
+			if res, settled = e.committedAnyway(ctx, req, id, resp, outcome); settled {
+				return
+			}
+		}
+		if deleted, rerr := e.release(ctx, req, id, o); rerr == nil && !deleted {
+			// Nothing of ours was left to free: another request took the
+			// lease over, or our COMMIT went through after all.
+			res, settled = e.committedAnyway(ctx, req, id, resp, outcome)
+		}
+	})
+	if settled {
+		return res, nil
+	}
+	return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
+}
+
+// committedAnyway reads the record, with a locking read so that a COMMIT
+// still running on the server is waited for instead of read around. If the
+// record is COMPLETED for this request, the commit went through: answer
+// with what was stored (this request's own response, unless another
+// holder's committed first), instead of a 5xx that would contradict the
+// stored outcome.
 func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome) (Result, bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	rec, found, err := load(ctx, e.db, e.codec, req, id)
+	rec, found, err := load(ctx, e.reserve, e.codec, req, id, true)
 	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint.storedArray() {
 		return Result{}, false
 	}
@@ -338,16 +483,40 @@ func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, r
 	return Result{Response: rec.response, Outcome: outcome}, true
 }
 
-// release frees the claim even if the request's context is done: a client
-// that hung up must not leave its key blocked until the lease runs out.
-func (e *Engine) release(ctx context.Context, req Request, id keyHash, o owner) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// cleanup runs fn with cleanupBudget of its own, even if the request's
+// context is done: a client that hung up or a request that timed out must
+// not leave its key blocked until the lease runs out.
+func (e *Engine) cleanup(ctx context.Context, fn func(ctx context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
 	defer cancel()
-	if err := release(ctx, e.db, req, id, o); err != nil {
-		// The lease will free the key; say so, loudly.
-		e.opts.Logger.ErrorContext(ctx, "release idempotency claim failed; key stays in flight until its lease ends",
-			"scope", req.Scope, "key", req.Key, "err", err)
+	fn(ctx)
+}
+
+// release frees the claim on the reserve pool, trying again after a
+// conflict while the cleanup budget lasts. It reports whether a claim of
+// ours was there to delete.
+func (e *Engine) release(ctx context.Context, req Request, id keyHash, o owner) (bool, error) {
+	backoff := firstBackoff
+	for {
+		deleted, err := release(ctx, e.reserve, req, id, o)
+		if err == nil {
+			return deleted, nil
+		}
+		pause := jitter(backoff)
+		backoff = min(2*backoff, maxBackoff)
+		if !db.IsRetryable(err) || sleep(ctx, pause) != nil {
+			// The lease will free the key; say so, loudly.
+			e.opts.Logger.ErrorContext(ctx, "release idempotency claim failed; key stays in flight until its lease ends",
+				"scope", req.Scope, "key", req.Key, "err", err)
+			return false, err
+		}
 	}
+}
+
+// jitter spreads d over [d/2, 3d/2) so that conflicting transactions
+// retried together do not collide again in step.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -87,18 +87,22 @@ func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o o
 	return claimExists, fmt.Errorf("claim %q: %w", req.Key, err)
 }
 
-// load reads the record of req's key; found is false if there is none.
-func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash) (rec record, found bool, err error) {
+// load reads the record of req's key; found is false if there is none. A
+// locking read waits for a transaction that holds the record (a holder
+// between its fence and its COMMIT) and then sees what it committed.
+func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, locking bool) (rec record, found bool, err error) {
 	var (
 		hash, ownerB, blob []byte
 		leaseUntil         sql.NullTime
 		respStatus         sql.NullInt32
 		format             sql.NullInt32
 	)
-	err = db.QueryRow(ctx, gdb,
-		`SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
-		   FROM idempotency_records WHERE key_hash = ?`,
-		id[:]).Scan(&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt, &respStatus, &format, &blob)
+	query := `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+		   FROM idempotency_records WHERE key_hash = ?`
+	if locking {
+		query += ` FOR UPDATE`
+	}
+	err = db.QueryRow(ctx, gdb, query, id[:]).Scan(&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt, &respStatus, &format, &blob)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -163,13 +167,14 @@ func complete(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHas
 }
 
 // release frees a claim whose execution failed. It is owner-checked, so it
-// never removes a record another holder took over or one that completed.
-func release(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner) error {
-	_, err := db.Exec(ctx, gdb,
+// never removes a record another holder took over or one that completed;
+// deleted says whether our claim was there.
+func release(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner) (deleted bool, err error) {
+	n, err := db.Exec(ctx, gdb,
 		`DELETE FROM idempotency_records WHERE key_hash = ? AND owner = ? AND status = ?`,
 		id[:], o[:], statusProcessing)
 	if err != nil {
-		return fmt.Errorf("release key %q: %w", req.Key, err)
+		return false, fmt.Errorf("release key %q: %w", req.Key, err)
 	}
-	return nil
+	return n == 1, nil
 }

@@ -1,6 +1,8 @@
 package payments
 
 import (
+	"fmt"
+
 	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/validate"
 )
@@ -9,12 +11,16 @@ import (
 // idempotency key, so it is printable ASCII without spaces.
 const (
 	maxRef = 64
+	// maxType is the longest event type accepted: Stripe's longest run to
+	// about 45 characters.
+	maxType = 64
 )
 
 // DecodeEvent reads a callback body: {"type": ..., "data": {...}}. Unknown
 // fields are allowed at both levels (providers add fields), but the ones we
 // use must be well-formed. It returns the event and the canonical form of
-// data, the callback's fingerprint input. Every error is a validate.Error.
+// data, the callback's fingerprint input. A well-formed event of a type not
+// handled here is ErrUnhandledType; every other error is a validate.Error.
 func DecodeEvent(body []byte) (Event, []byte, error) {
 	tree, err := canonjson.Parse(body)
 	if err != nil {
@@ -25,14 +31,14 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 		return Event{}, nil, validate.Invalid("", "callback body must be a JSON object")
 	}
 	f := validate.New(root, "")
-	typ := EventType(f.Text("type", true, 32))
+	typ := EventType(f.Text("type", true, maxType))
 	if err := f.Err(); err != nil {
 		return Event{}, nil, err
 	}
 	switch typ {
 	case PaymentSucceeded, PaymentFailed, RefundSucceeded, RefundFailed:
 	default:
-		return Event{}, nil, validate.Invalid("type", "unknown event type "+quote(string(typ)))
+		return Event{}, nil, fmt.Errorf("event type %s: %w", quote(string(typ)), ErrUnhandledType)
 	}
 	data, ok := root["data"].(map[string]any)
 	if !ok {

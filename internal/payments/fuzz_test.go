@@ -44,8 +44,12 @@ func FuzzDecodeEvent(f *testing.F) {
 		ev, canon, err := DecodeEvent(body)
 		if err != nil {
 			var ve *validate.Error
-			if !errors.As(err, &ve) || !errors.Is(err, validate.ErrInvalid) {
-				t.Fatalf("DecodeEvent(%q): error %v (%T) is not a *validate.Error", body, err, err)
+			unhandled := errors.Is(err, ErrUnhandledType)
+			if !unhandled && (!errors.As(err, &ve) || !errors.Is(err, validate.ErrInvalid)) {
+				t.Fatalf("DecodeEvent(%q): error %v (%T) is neither ErrUnhandledType nor a *validate.Error", body, err, err)
+			}
+			if unhandled && errors.Is(err, validate.ErrInvalid) {
+				t.Fatalf("DecodeEvent(%q): %v is both unhandled and invalid", body, err)
 			}
 			if ev != (Event{}) || canon != nil {
 				t.Fatalf("DecodeEvent(%q): error %v with a non-zero result %+v, %q", body, err, ev, canon)

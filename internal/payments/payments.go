@@ -46,6 +46,8 @@ const (
 	AmountMismatch   Result = "amount_mismatch"
 	DuplicatePayment Result = "duplicate_payment"
 	LatePayment      Result = "late_payment"
+	// Unhandled: an event type this service does not act on; never stored.
+	Unhandled Result = "unhandled"
 )
 
 // Sentinel errors.
@@ -54,6 +56,11 @@ var (
 	// event for a refund_no we have not created). Not stored: the provider
 	// retries.
 	ErrRetryLater = errors.New("event arrived before what it depends on")
+	// ErrUnhandledType: a correctly signed event of a type this service does
+	// not act on. It is acknowledged (200 "unhandled") and not stored:
+	// providers send many types a service never needs, and disable an
+	// endpoint that keeps refusing them (CONTRACT §5 v2).
+	ErrUnhandledType = errors.New("event type not handled")
 )
 
 // Payment statuses: what the provider said about the transaction.

@@ -96,6 +96,18 @@ func (f *Fields) get(name string, required bool) (any, bool) {
 // Text reads a string field of 1..maxLen characters (minLen 0 when
 // optional) without control characters.
 func (f *Fields) Text(name string, required bool, maxLen int) string {
+	return f.text(name, required, maxLen, false)
+}
+
+// FreeText reads an optional free-text field (a description) of at most
+// maxLen characters: as Text, but tab, line feed and carriage return are
+// allowed, since people write free text in lines (CONTRACT §3 v2). Other
+// control characters stay refused: they hide text in logs and terminals.
+func (f *Fields) FreeText(name string, maxLen int) string {
+	return f.text(name, false, maxLen, true)
+}
+
+func (f *Fields) text(name string, required bool, maxLen int, lines bool) string {
 	v, ok := f.get(name, required)
 	if !ok {
 		return ""
@@ -113,7 +125,7 @@ func (f *Fields) Text(name string, required bool, maxLen int) string {
 		f.fail(name, fmt.Sprintf("must be at most %d characters", maxLen))
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) && !(lines && (r == '\t' || r == '\n' || r == '\r')) {
 			f.fail(name, "must not contain control characters")
 			break
 		}
