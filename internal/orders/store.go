@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Store functions take the *gorm.DB they must use: the caller owns the
@@ -29,10 +30,10 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
 		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt)
 	if db.IsDuplicate(err) {
-		return fmt.Errorf("merchant_order_no %q: %w by another request", o.MerchantOrderNo, ErrExists)
+		return fmt.Errorf("merchant_order_no %s: %w by another request", validate.Quote(o.MerchantOrderNo), ErrExists)
 	}
 	if err != nil {
-		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, err)
+		return fmt.Errorf("insert order %s: %w", validate.Quote(o.MerchantOrderNo), err)
 	}
 	return nil
 }
@@ -40,11 +41,11 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 // Get reads a merchant's order; another merchant's order is ErrNotFound.
 func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }
@@ -53,11 +54,11 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 // merchant).
 func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ?`, orderNo))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }
@@ -105,7 +106,7 @@ type Transition struct {
 // earlier read, decides.
 func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 	if !CanTransition(t.From, t.To) || !ValidNo(t.OrderNo) {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
 	}
 	q := `UPDATE orders SET status = ?, version = version + 1, updated_at = ?`
 	args := []any{t.To, t.At}
@@ -125,10 +126,10 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 	}
 	n, err := db.Exec(ctx, tx, q, args...)
 	if err != nil {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, err)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 	switch typ {
 	case PaymentSucceeded, PaymentFailed, RefundSucceeded, RefundFailed:
 	default:
-		return Event{}, nil, validate.Invalid("type", "unknown event type "+quote(string(typ)))
+		return Event{}, nil, validate.Invalid("type", "unknown event type "+validate.Quote(string(typ)))
 	}
 	data, ok := root["data"].(map[string]any)
 	if !ok {
@@ -58,12 +58,4 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 		}
 	}
 	return ev, canonjson.Append(nil, data), nil
-}
-
-// quote bounds what of a client's string goes back into an error.
-func quote(s string) string {
-	if len(s) > 32 {
-		s = s[:32] + "…"
-	}
-	return `"` + s + `"`
 }
