@@ -75,10 +75,7 @@ func (f *Fields) Only(names ...string) error {
 func (f *Fields) fail(field, reason string) {
 	if f.err == nil {
 		// Field names can be a client's unknown keys: bound what is echoed.
-		if len(field) > MaxQuoted {
-			field = field[:runeCut(field, MaxQuoted)] + "…"
-		}
-		f.err = Invalid(f.Prefix+field, reason)
+		f.err = Invalid(f.Prefix+Bound(field), reason)
 	}
 }
 
@@ -97,6 +94,15 @@ func Quote(s string) string {
 		return strconv.Quote(s)
 	}
 	return strconv.Quote(s[:runeCut(s, MaxQuoted)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Bound is s cut to MaxQuoted bytes, marked with "…" if cut, for where a
+// client's string is shown unquoted (a field name, a logged path).
+func Bound(s string) string {
+	if len(s) <= MaxQuoted {
+		return s
+	}
+	return s[:runeCut(s, MaxQuoted)] + "…"
 }
 
 // runeCut returns n, moved back to the start of the rune it falls inside,
