@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // ctHighBytes is n bytes, every one ≥ 0x80 (invalid UTF-8), percent-encoded
@@ -99,13 +101,17 @@ func (l *ctLog) String() string {
 }
 
 // ctNewLogged is ctNew with the service's log kept, and a client that
-// sends what the spec does not describe (no OpenAPI check).
-func ctNewLogged(t *testing.T) (*ctEnv, *ctLog) {
+// sends what the spec does not describe (no OpenAPI check); tune, if not
+// nil, adjusts the configuration.
+func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *ctLog) {
 	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{ctAcmeKey: "acme", ctGlobexKey: "globex"}
+	if tune != nil {
+		tune(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logs := &ctLog{}
@@ -125,7 +131,7 @@ func ctNewLogged(t *testing.T) (*ctEnv, *ctLog) {
 // access log does not carry the raw method either.
 func TestContractMethodLabelsAreBounded(t *testing.T) {
 	t.Parallel()
-	e, logs := ctNewLogged(t)
+	e, logs := ctNewLogged(t, nil)
 	rnd := rand.New(rand.NewPCG(5, 11))
 	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 	methods := []string{"get", "Post", "PROPFIND", "BREW"}
@@ -190,6 +196,78 @@ func TestContractMethodLabelsAreBounded(t *testing.T) {
 			if len(m) > 8 && strings.Contains(line, m) {
 				t.Fatalf("the access log carries a raw method: %.200s…", line)
 			}
+		}
+	}
+}
+
+// TestCallbackSignatureRefusalSaysNotWhy: every refused signature gets the
+// same 401 detail. Saying why ("302s behind, tolerance 300s") told anyone
+// the server's clock and its tolerance; the reason goes to the log only
+// (issue 11 item 10).
+func TestCallbackSignatureRefusalSaysNotWhy(t *testing.T) {
+	t.Parallel()
+	const secretText = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	e, logs := ctNewLogged(t, func(c *config.Config) {
+		c.WebhookSecrets = map[string][]string{"mockpay": {secretText}}
+		c.WebhookTolerance = 300 * time.Second
+	})
+	secret, err := webhooks.ParseSecret(secretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"type":"payment.succeeded","data":{"order_no":"ord_1","txn_id":"t1","amount":1,"currency":"USD"}}`)
+	signed := func(ts time.Time) http.Header {
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		h.Set(webhooks.HeaderID, "msg_1")
+		h.Set(webhooks.HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		h.Set(webhooks.HeaderSignature, webhooks.Sign(secret, "msg_1", ts, body))
+		return h
+	}
+	now := time.Now()
+	tests := []struct {
+		name   string
+		header http.Header
+		reason string // what the log says
+	}{
+		{"302 s behind", signed(now.Add(-302 * time.Second)), "tolerance"},
+		{"1 hour ahead", signed(now.Add(time.Hour)), "tolerance"},
+		{"signature of another body", func() http.Header {
+			h := signed(now)
+			h.Set(webhooks.HeaderSignature, webhooks.Sign(secret, "msg_1", now, append(body, ' ')))
+			return h
+		}(), "no matching signature"},
+		{"no timestamp", func() http.Header {
+			h := signed(now)
+			h.Del(webhooks.HeaderTimestamp)
+			return h
+		}(), "missing " + webhooks.HeaderTimestamp},
+	}
+	var first []byte
+	for _, tc := range tests {
+		req, err := http.NewRequest(http.MethodPost, e.url+"/v1/callbacks/mockpay", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = tc.header
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		r := ctResp{status: res.StatusCode, header: res.Header, body: b}
+		detail := ctProblem(t, r, http.StatusUnauthorized, "invalid_signature")
+		if strings.ContainsAny(detail, "0123456789") || strings.Contains(detail, "tolerance") {
+			t.Errorf("%s: detail %q says why", tc.name, detail)
+		}
+		if first == nil {
+			first = b
+		} else if !bytes.Equal(b, first) {
+			t.Errorf("%s: 401 %s, another refusal was %s: the body must not depend on the reason", tc.name, b, first)
+		}
+		if !strings.Contains(logs.String(), tc.reason) {
+			t.Errorf("%s: the log does not say %q", tc.name, tc.reason)
 		}
 	}
 }
