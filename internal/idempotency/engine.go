@@ -245,6 +245,26 @@ func (e *Engine) round(ctx context.Context, req Request, id keyHash, fn Func) (R
 	default:
 		return Result{}, inFlight, nil
 	}
+	// Take-over. The lease ran out with the record still PROCESSING: its
+	// holder died (the database rolled its transaction back when the
+	// connection dropped) or is slow (its transaction, bounded by a context
+	// of one lease, is about to give up). Either way nothing of it has
+	// committed, since its business rows commit only with its fence.
+	// takeOver names the old owner and re-checks lease_until in its WHERE,
+	// so of concurrent takers exactly one matches; the others go round
+	// again and find the winner in flight. A slow holder that reaches its
+	// fence afterwards names its own owner, matches no row and rolls back:
+	// two executions can overlap, at most one commits.
+	//
+	// The window does not move: takeOver leaves expires_at as the first
+	// claim set it, so a key's window always counts from its first request,
+	// as a client's retry schedule does, and a stuck key cannot keep itself
+	// alive by being taken over. The cost: a take-over late in a window
+	// shorter than two leases can see the record expire while the new
+	// holder runs; a duplicate then deletes it as expired and claims anew,
+	// and again the fence lets only one of them commit. config refuses a
+	// window not longer than the lease, so that at least the first holder's
+	// lease ends inside it.
 	won, err := takeOver(ctx, e.db, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
 		e.release(ctx, req, id, o)

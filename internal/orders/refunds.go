@@ -19,8 +19,8 @@ var ErrRefundExceedsAmount = errors.New("refund exceeds the refundable amount")
 // GetForUpdate reads an order with a locking read. Inside a REPEATABLE READ
 // transaction a plain SELECT returns the snapshot of the transaction's first
 // read; a locking read returns the latest committed row and holds it until
-// commit, so decisions taken on it stay true. Callbacks lock the order first
-// and everything else after it, one lock order for all paths.
+// commit, so decisions taken on it stay true. Where the order stands among
+// the locks a transaction takes: "Lock order" in package payments.
 func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
 		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)

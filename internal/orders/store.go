@@ -15,6 +15,8 @@ import (
 
 // Store functions take the *gorm.DB they must use: the caller owns the
 // transaction, and a store with its own pool handle could write outside it.
+// They run SQL through db.Exec and db.QueryRow, never gorm's Exec or Raw,
+// which would spread a []byte argument into a list (see db.Exec).
 
 const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
        refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
@@ -23,6 +25,9 @@ const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, am
 // Insert stores a new order; ErrExists if the merchant already used its
 // merchant_order_no (the unique key decides, not a prior SELECT).
 func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
+	// merchant_order_no as []byte: the column is VARBINARY, and the driver
+	// sends a []byte as _binary'…', so the merchant's bytes are stored as
+	// they came, never converted through the connection's character set.
 	_, err := db.Exec(ctx, tx,
 		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
 		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)

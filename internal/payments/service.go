@@ -89,8 +89,8 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
 // UPDATE (CREATED → PAID), ledger INSERT = 3 statements. The payment row
-// is written first: it claims the provider transaction, and locks are taken
-// in one order on every payment path (payment, then order).
+// is written first: it claims the provider transaction, and the payment row
+// comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	p, seen, err := recordTxn(ctx, tx, provider, ev, statusSucceeded, at)
@@ -176,8 +176,8 @@ func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider strin
 
 // refundSettled applies refund.succeeded or refund.failed. Applied: order
 // locking read, refund locking read, refund UPDATE, order UPDATE, and for a
-// success the ledger INSERT = 5 statements. The order is locked first, as
-// refund creation does.
+// success the ledger INSERT = 5 statements. Locks follow the package's lock
+// order: the order, then the refund.
 func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
