@@ -8,7 +8,6 @@
 package config
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // InFlightMode says what a duplicate of a still-running request gets.
@@ -366,21 +367,22 @@ func (l *loader) apiKeys(dst map[string]string) {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
 		merchant, key, found := strings.Cut(entry, ":")
+		// Entries are named by position only, never by either side: an
+		// entry written key-first ("sk_live_…:acme") passes as a valid
+		// merchant id and puts the key where a name is expected.
 		switch {
 		case entry == "":
 			l.fail(envAPIKeys, "entry %d is empty (a stray comma?)", n)
 		case !found:
 			l.fail(envAPIKeys, "entry %d has no ':' (want merchant_id:api_key)", n)
-		// An invalid merchant id is not echoed: it may be a key put first.
 		case !validName(merchant, 64, true):
 			l.fail(envAPIKeys, "entry %d: merchant id must be 1-64 characters of A-Z a-z 0-9 _ -", n)
 		case len(key) < 16:
-			l.fail(envAPIKeys, "entry %d (merchant %q): api key is shorter than 16 characters", n, merchant)
+			l.fail(envAPIKeys, "entry %d: api key is shorter than 16 characters", n)
 		case !validAPIKey(key):
-			l.fail(envAPIKeys, "entry %d (merchant %q): api key must be printable ASCII without spaces or commas", n, merchant)
+			l.fail(envAPIKeys, "entry %d: api key must be printable ASCII without spaces or commas", n)
 		case entryOf[key] != 0:
-			l.fail(envAPIKeys, "entry %d (merchant %q) repeats the api key of entry %d (merchant %q); every key must be unique",
-				n, merchant, entryOf[key], dst[key])
+			l.fail(envAPIKeys, "entry %d repeats the api key of entry %d; every key must be unique", n, entryOf[key])
 		}
 		if l.err != nil {
 			return
@@ -420,9 +422,12 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 	if !ok {
 		return
 	}
+	entryOf := map[string]int{} // provider -> entry number
 	for i, entry := range strings.Split(v, ",") {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
+		// Entries are named by position only, as API keys are: what stands
+		// where the provider should be may be a secret written first.
 		provider, list, found := strings.Cut(entry, "=")
 		provider = strings.TrimSpace(provider)
 		secrets := strings.Fields(list)
@@ -435,45 +440,45 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 			l.fail(envWebhookSecrets, "entry %d has no provider (want provider=whsec_...; one provider's secrets are space-separated)", n)
 		case !validName(provider, 32, false):
 			l.fail(envWebhookSecrets, "entry %d: provider must be 1-32 characters of a-z 0-9 _ -", n)
-		case dst[provider] != nil:
-			l.fail(envWebhookSecrets, "provider %q is listed twice (put all its secrets in one entry, space-separated)", provider)
+		case entryOf[provider] != 0:
+			l.fail(envWebhookSecrets, "entry %d names the provider of entry %d (put all its secrets in one entry, space-separated)", n, entryOf[provider])
 		case len(secrets) == 0:
-			l.fail(envWebhookSecrets, "provider %q has no secret", provider)
+			l.fail(envWebhookSecrets, "entry %d has no secret", n)
 		}
 		for j, s := range secrets {
 			if l.err != nil {
 				return
 			}
 			if problem := secretProblem(s); problem != "" {
-				l.fail(envWebhookSecrets, "provider %q, secret %d: %s", provider, j+1, problem)
+				l.fail(envWebhookSecrets, "entry %d, secret %d: %s", n, j+1, problem)
 			}
 		}
 		if l.err != nil {
 			return
 		}
+		entryOf[provider] = n
 		dst[provider] = secrets
 	}
 }
 
-// secretProblem checks a Standard Webhooks secret. Providers hand them out
-// with and without base64 padding, so both are accepted here and the raw
-// string is kept for the webhooks package to decode.
+// secretProblem says why s is not a webhook secret, or "" if it is. Whether
+// it is one is for webhooks.ParseSecret alone, the decoder the verifiers
+// use: with a decoder of its own, config passed secrets the verifier then
+// refused ("whsec_QUJ": non-zero trailing bits), and serve exited after a
+// clean config check. The raw string is kept, and decoded again there.
+// ParseSecret's error is not quoted: only which rule failed is said, so
+// no part of the secret can reach the message.
 func secretProblem(s string) string {
-	b64, ok := strings.CutPrefix(s, "whsec_")
-	if !ok {
-		return "does not start with whsec_"
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		raw, err = base64.RawStdEncoding.DecodeString(b64)
+	if _, err := webhooks.ParseSecret(s); err == nil {
+		return ""
 	}
 	switch {
-	case err != nil:
-		return "is not base64 after whsec_ (standard alphabet, padding optional)"
-	case len(raw) == 0:
+	case !strings.HasPrefix(s, "whsec_"):
+		return "does not start with whsec_"
+	case s == "whsec_":
 		return "is empty after whsec_"
 	}
-	return ""
+	return "is not base64 after whsec_ (standard alphabet; padding optional, but exact if present)"
 }
 
 // LogValue is the configuration as it may be logged: every field, with API

@@ -146,6 +146,17 @@ func Ping(ctx context.Context, gdb *gorm.DB) error {
 // statement and re-tokenise the SQL before the driver interpolates it
 // anyway: about 30 µs of CPU and 120 allocations per callback, measured
 // (docs/BENCHMARKS.md). gorm still owns the pool and the transactions.
+//
+// It is also the only safe way to pass a []byte argument: the stores bind
+// key hashes, owners, fingerprints, stored responses and merchant order
+// numbers as []byte. gorm's Exec and Raw build the SQL with clause.Expr,
+// which spreads a slice bound to a "?" that directly follows "(" into a
+// comma-separated list, for "IN (?)"; a []byte is a slice, so
+// "VALUES (?, …)" with a 12-byte key hash first becomes "VALUES (?,?,…"
+// with twelve one-byte values (gorm v1.31.2) and the INSERT no longer says
+// what it was written to. Exec and QueryRow hand the arguments to
+// database/sql untouched, and the driver sends a []byte as one binary
+// string.
 func Exec(ctx context.Context, gdb *gorm.DB, query string, args ...any) (int64, error) {
 	res, err := gdb.Statement.ConnPool.ExecContext(ctx, query, args...)
 	if err != nil {

@@ -42,7 +42,7 @@ func readBody(c *gin.Context) {
 	if len(b) > 0 {
 		mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 		if err != nil || mt != "application/json" {
-			abortProblem(c, fmt.Errorf("%w, got %q", ErrUnsupportedMediaType, c.GetHeader("Content-Type")))
+			abortProblem(c, fmt.Errorf("%w, got %s", ErrUnsupportedMediaType, validate.Quote(c.GetHeader("Content-Type"))))
 			return
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
 // ErrUnknownProvider: no webhook secret is configured for the provider.
@@ -44,9 +45,12 @@ func (s *server) callback(c *gin.Context) {
 	}
 	body := bodyOf(c)
 	if err := verifier.Verify(c.Request.Header, body); err != nil {
+		// Why goes to the log only: "302s behind, tolerance 300s" would
+		// tell anyone the server's clock and its tolerance, and which
+		// check a forgery got past. The client gets one fixed answer.
 		s.log.WarnContext(c.Request.Context(), "callback signature refused", "provider", provider, "err", err.Error())
 		s.countCallback(provider, "", "invalid_signature")
-		s.fail(c, err)
+		s.fail(c, webhooks.ErrInvalidSignature)
 		return
 	}
 	ev, data, err := payments.DecodeEvent(body)

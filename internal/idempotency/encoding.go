@@ -59,6 +59,10 @@ const dictionary1 = `urn:paysvc:problem:illegal_transition","title":"","status":
 // row, not something to allocate for.
 const maxStoredResponse = 1 << 17
 
+// maxStoredBlob is what the response column holds (BLOB, migration
+// 000006); MariaDB refuses anything longer with 1406 Data too long.
+const maxStoredBlob = 1<<16 - 1
+
 // Codec encodes and decodes stored responses; it is safe for concurrent
 // use. Its pools keep flate's state (hundreds of KB per writer) from being
 // allocated per request. Every Engine has one; it is exported for tools
@@ -82,7 +86,11 @@ func NewCodec() *Codec {
 	}
 }
 
-// Encode returns resp's response_format byte and response BLOB.
+// Encode returns resp's response_format byte and response BLOB. It refuses
+// a response that Decode could not read back or the column could not hold:
+// stored, such a response would answer every retry of its key with a 500
+// for the rest of the window, where refusing it fails this one request
+// (rolled back, the key freed) and no other.
 func (c *Codec) Encode(resp Response) (uint8, []byte, error) {
 	ct, err := contentTypeCode(resp.ContentType)
 	if err != nil {
@@ -90,6 +98,9 @@ func (c *Codec) Encode(resp Response) (uint8, []byte, error) {
 	}
 	if len(resp.Location) > 255 {
 		return 0, nil, fmt.Errorf("location of %d bytes cannot be stored", len(resp.Location))
+	}
+	if n := 1 + len(resp.Location) + len(resp.Body); n > maxStoredResponse {
+		return 0, nil, fmt.Errorf("response of %d bytes cannot be stored (at most %d)", n, maxStoredResponse)
 	}
 	plain := make([]byte, 0, 1+len(resp.Location)+len(resp.Body))
 	plain = append(plain, byte(len(resp.Location)))
@@ -110,10 +121,15 @@ func (c *Codec) Encode(resp Response) (uint8, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("deflate response: %w", err)
 	}
+	format, blob := ct|encodingPlain<<4, plain
 	if buf.Len() < len(plain) {
-		return ct | encodingDeflate1<<4, buf.Bytes(), nil
+		format, blob = ct|encodingDeflate1<<4, buf.Bytes()
 	}
-	return ct | encodingPlain<<4, plain, nil
+	if len(blob) > maxStoredBlob {
+		return 0, nil, fmt.Errorf("response of %d bytes (%d encoded) cannot be stored (at most %d encoded)",
+			len(plain), len(blob), maxStoredBlob)
+	}
+	return format, blob, nil
 }
 
 // Decode is the inverse of Encode; status is the stored response_status.

@@ -353,10 +353,8 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 		// Fall through to the take-over. The holder is presumed dead, and a
 		// dead holder stored nothing, so the key is bound to no request any
 		// more — whatever this one asks, as after a 5xx: the take-over
-		// rebinds the key to this request's fingerprint. This is checked
-		// before the fingerprint for that reason, and the window keeps
-		// running from the first claim (expires_at is not moved), so a key
-		// never outlives the window its first request was promised.
+		// rebinds the key to this request's fingerprint, which is why this
+		// is checked before the fingerprint.
 	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
@@ -364,6 +362,26 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	default:
 		return Result{}, inFlight, nil
 	}
+	// Take-over. The lease ran out with the record still PROCESSING: its
+	// holder died (the database rolled its transaction back when the
+	// connection dropped) or is slow (its transaction, bounded by a context
+	// of one lease, is about to give up). Either way nothing of it has
+	// committed, since its business rows commit only with its fence.
+	// takeOver names the old owner and re-checks lease_until in its WHERE,
+	// so of concurrent takers exactly one matches; the others go round
+	// again and find the winner in flight. A slow holder that reaches its
+	// fence afterwards names its own owner, matches no row and rolls back:
+	// two executions can overlap, at most one commits.
+	//
+	// The window does not move: takeOver leaves expires_at as the first
+	// claim set it, so a key's window always counts from its first request,
+	// as a client's retry schedule does, and a stuck key cannot keep itself
+	// alive by being taken over. The cost: a take-over late in a window
+	// shorter than two leases can see the record expire while the new
+	// holder runs; a duplicate then deletes it as expired and claims anew,
+	// and again the fence lets only one of them commit. config refuses a
+	// window not longer than the lease, so that at least the first holder's
+	// lease ends inside it.
 	o := newOwner()
 	won, err := takeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {

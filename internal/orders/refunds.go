@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // ErrRefundExceedsAmount: the refund is larger than what is left to refund
@@ -18,15 +19,15 @@ var ErrRefundExceedsAmount = errors.New("refund exceeds the refundable amount")
 // GetForUpdate reads an order with a locking read. Inside a REPEATABLE READ
 // transaction a plain SELECT returns the snapshot of the transaction's first
 // read; a locking read returns the latest committed row and holds it until
-// commit, so decisions taken on it stay true. Callbacks lock the order first
-// and everything else after it, one lock order for all paths.
+// commit, so decisions taken on it stay true. Where the order stands among
+// the locks a transaction takes: "Lock order" in package payments.
 func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? FOR UPDATE`, orderNo))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }
@@ -39,7 +40,7 @@ func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 // it succeeds, 2 when it does not.
 func ReserveRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, amount int64, at time.Time) error {
 	if !ValidNo(orderNo) {
-		return fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	n, err := db.Exec(ctx, tx,
 		`UPDATE orders SET pending_refund_amount = pending_refund_amount + ?, version = version + 1, updated_at = ?
@@ -47,14 +48,14 @@ func ReserveRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string,
 		    AND amount - refunded_amount - pending_refund_amount >= ?`,
 		amount, at, orderNo, merchantID, Paid, PartiallyRefunded, amount)
 	if err != nil {
-		return fmt.Errorf("reserve refund on %q: %w", orderNo, err)
+		return fmt.Errorf("reserve refund on %s: %w", validate.Quote(orderNo), err)
 	}
 	if n == 1 {
 		return nil
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID))
 	if err != nil {
-		return fmt.Errorf("order %q: %w", orderNo, err)
+		return fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	if o.Status != Paid && o.Status != PartiallyRefunded {
 		return fmt.Errorf("refund order %s in state %s: %w", orderNo, o.Status, ErrIllegalTransition)
@@ -79,7 +80,7 @@ func SettleRefund(ctx context.Context, tx *gorm.DB, o Order, amount int64, at ti
 		  WHERE order_no = ? AND status = ? AND version = ?`,
 		to, amount, amount, at, o.OrderNo, o.Status, o.Version)
 	if err != nil {
-		return o, fmt.Errorf("settle refund on %q: %w", o.OrderNo, err)
+		return o, fmt.Errorf("settle refund on %s: %w", o.OrderNo, err)
 	}
 	if n != 1 {
 		return o, fmt.Errorf("settle refund on %s %s → %s: %w", o.OrderNo, o.Status, to, ErrIllegalTransition)
@@ -97,7 +98,7 @@ func ReleaseRefund(ctx context.Context, tx *gorm.DB, o Order, amount int64, at t
 		  WHERE order_no = ? AND version = ? AND pending_refund_amount >= ?`,
 		amount, at, o.OrderNo, o.Version, amount)
 	if err != nil {
-		return fmt.Errorf("release refund on %q: %w", o.OrderNo, err)
+		return fmt.Errorf("release refund on %s: %w", o.OrderNo, err)
 	}
 	if n != 1 {
 		return fmt.Errorf("release refund of %d on %s: %w", amount, o.OrderNo, ErrIllegalTransition)

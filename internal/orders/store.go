@@ -10,10 +10,13 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Store functions take the *gorm.DB they must use: the caller owns the
 // transaction, and a store with its own pool handle could write outside it.
+// They run SQL through db.Exec and db.QueryRow, never gorm's Exec or Raw,
+// which would spread a []byte argument into a list (see db.Exec).
 
 const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
        refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
@@ -22,6 +25,9 @@ const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, am
 // Insert stores a new order; ErrExists if the merchant already used its
 // merchant_order_no (the unique key decides, not a prior SELECT).
 func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
+	// merchant_order_no as []byte: the column is VARBINARY, and the driver
+	// sends a []byte as _binary'…', so the merchant's bytes are stored as
+	// they came, never converted through the connection's character set.
 	_, err := db.Exec(ctx, tx,
 		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
 		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
@@ -29,10 +35,10 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
 		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt)
 	if db.IsDuplicate(err) {
-		return fmt.Errorf("merchant_order_no %q: %w by another request", o.MerchantOrderNo, ErrExists)
+		return fmt.Errorf("merchant_order_no %s: %w by another request", validate.Quote(o.MerchantOrderNo), ErrExists)
 	}
 	if err != nil {
-		return fmt.Errorf("insert order %q: %w", o.MerchantOrderNo, err)
+		return fmt.Errorf("insert order %s: %w", validate.Quote(o.MerchantOrderNo), err)
 	}
 	return nil
 }
@@ -40,11 +46,11 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 // Get reads a merchant's order; another merchant's order is ErrNotFound.
 func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ?`, orderNo, merchantID))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }
@@ -53,11 +59,11 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 // merchant).
 func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ?`, orderNo))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }
@@ -105,7 +111,7 @@ type Transition struct {
 // earlier read, decides.
 func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 	if !CanTransition(t.From, t.To) || !ValidNo(t.OrderNo) {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
 	}
 	q := `UPDATE orders SET status = ?, version = version + 1, updated_at = ?`
 	args := []any{t.To, t.At}
@@ -125,10 +131,10 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 	}
 	n, err := db.Exec(ctx, tx, q, args...)
 	if err != nil {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, err)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("order %q %s → %s: %w", t.OrderNo, t.From, t.To, ErrIllegalTransition)
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
 	}
 	return nil
 }

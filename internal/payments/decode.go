@@ -38,7 +38,7 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 	switch typ {
 	case PaymentSucceeded, PaymentFailed, RefundSucceeded, RefundFailed:
 	default:
-		return Event{}, nil, fmt.Errorf("event type %s: %w", quote(string(typ)), ErrUnhandledType)
+		return Event{}, nil, fmt.Errorf("event type %s: %w", validate.Quote(string(typ)), ErrUnhandledType)
 	}
 	data, ok := root["data"].(map[string]any)
 	if !ok {
@@ -64,12 +64,4 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 		}
 	}
 	return ev, canonjson.Append(nil, data), nil
-}
-
-// quote bounds what of a client's string goes back into an error.
-func quote(s string) string {
-	if len(s) > 32 {
-		s = s[:32] + "…"
-	}
-	return `"` + s + `"`
 }

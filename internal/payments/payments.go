@@ -5,6 +5,31 @@
 // idempotency) absorbs duplicates within the window, and the unique provider
 // transaction keys plus the order state machine keep each effect single
 // after it.
+//
+// # Lock order
+//
+// This is the one lock order of every transaction that moves money, here
+// and in package orders; other comments refer to it rather than restate it.
+// A transaction takes row locks in this order, skipping the tables it does
+// not touch, and never locks a row of an earlier table after one of a later
+// table:
+//
+//  1. payments: the provider transaction's row (payment callbacks only; its
+//     INSERT, or the locking read of an existing row, claims the
+//     transaction);
+//  2. orders: the order's row, by a conditional UPDATE or GetForUpdate;
+//  3. refunds: the refund's row (inserted on creation, locked on
+//     settlement);
+//  4. ledger_entries: inserted last of the business rows;
+//  5. idempotency_records: the engine's fence UPDATE ends every business
+//     transaction (the claim before it is autocommitted and holds nothing).
+//
+// Why: two transactions that take locks in one order can only queue, never
+// wait on each other in a cycle. A deadlock (1213) is retried by the
+// engine, but each one costs a rolled-back transaction, and under a storm
+// of callbacks and refunds on one order they would repeat. Revisiting a row
+// already held is no new lock: a refused payment reads the order FOR UPDATE
+// and then updates its payment row, which it has held since step 1.
 package payments
 
 import (

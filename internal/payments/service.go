@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // NewRefundNo returns "rfd_" and a ULID: unique across instances and
@@ -72,7 +73,7 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 	if !orders.ValidNo(ev.OrderNo) {
 		// Checked before the payment row is written: the row's order_no is
 		// an ASCII column.
-		return "", fmt.Errorf("order %q: %w", ev.OrderNo, orders.ErrNotFound)
+		return "", fmt.Errorf("order %s: %w", validate.Quote(ev.OrderNo), orders.ErrNotFound)
 	}
 	switch ev.Type {
 	case PaymentSucceeded:
@@ -83,13 +84,13 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 		return s.refundSettled(ctx, tx, provider, ev)
 	}
 	// DecodeEvent admits only the types above.
-	return "", fmt.Errorf("event type %q not handled", ev.Type)
+	return "", fmt.Errorf("event type %s not handled", validate.Quote(string(ev.Type)))
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
 // UPDATE (CREATED → PAID), ledger INSERT = 3 statements. The payment row
-// is written first: it claims the provider transaction, and locks are taken
-// in one order on every payment path (payment, then order).
+// is written first: it claims the provider transaction, and the payment row
+// comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	p, seen, err := recordTxn(ctx, tx, provider, ev, statusSucceeded, at)
@@ -175,8 +176,8 @@ func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider strin
 
 // refundSettled applies refund.succeeded or refund.failed. Applied: order
 // locking read, refund locking read, refund UPDATE, order UPDATE, and for a
-// success the ledger INSERT = 5 statements. The order is locked first, as
-// refund creation does.
+// success the ledger INSERT = 5 statements. Locks follow the package's lock
+// order: the order, then the refund.
 func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
@@ -193,7 +194,7 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		}
 	}
 	if !found {
-		return "", fmt.Errorf("refund %q of order %s: %w", ev.RefundNo, ev.OrderNo, ErrRetryLater)
+		return "", fmt.Errorf("refund %s of order %s: %w", validate.Quote(ev.RefundNo), ev.OrderNo, ErrRetryLater)
 	}
 	if r.OrderNo != o.OrderNo || r.Amount != ev.Amount || o.Currency != ev.Currency {
 		s.log.WarnContext(ctx, "refund event does not match the refund; kept for review", "provider", provider,

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Store functions take the transaction they must use.
@@ -109,7 +110,7 @@ func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, fo
 		return Refund{}, false, nil
 	}
 	if err != nil {
-		return Refund{}, false, fmt.Errorf("read refund %q: %w", refundNo, err)
+		return Refund{}, false, fmt.Errorf("read refund %s: %w", validate.Quote(refundNo), err)
 	}
 	r.Provider, r.TxnID = provider.String, txn.String
 	return r, true, nil

@@ -75,11 +75,47 @@ func (f *Fields) Only(names ...string) error {
 func (f *Fields) fail(field, reason string) {
 	if f.err == nil {
 		// Field names can be a client's unknown keys: bound what is echoed.
-		if len(field) > 64 {
-			field = field[:64] + "…"
-		}
-		f.err = Invalid(f.Prefix+field, reason)
+		f.err = Invalid(f.Prefix+Bound(field), reason)
 	}
+}
+
+// MaxQuoted is how many bytes of a client's string an error quotes.
+const MaxQuoted = 64
+
+// Quote is how a client's string enters an error: quoted (so control and
+// invalid UTF-8 bytes are escaped and the result is one line of valid
+// UTF-8) and bounded to MaxQuoted bytes of the input, with its full length
+// after the cut. Unbounded, a 4xx detail grows with the input, and a stored
+// detail can outgrow what the idempotency record holds (issue 11 item 4):
+// a 36,000-byte order number quoted whole became a 180,000-byte 404 that
+// was stored and then could not be read back for the rest of its window.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:runeCut(s, MaxQuoted)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Bound is s cut to MaxQuoted bytes, marked with "…" if cut, for where a
+// client's string is shown unquoted (a field name, a logged path).
+func Bound(s string) string {
+	if len(s) <= MaxQuoted {
+		return s
+	}
+	return s[:runeCut(s, MaxQuoted)] + "…"
+}
+
+// runeCut returns n, moved back to the start of the rune it falls inside,
+// so a cut does not split a valid UTF-8 sequence into escapes. It looks
+// back at most utf8.UTFMax-1 bytes: in invalid UTF-8 (a run of
+// continuation bytes) there is no rune start to find.
+func runeCut(s string, n int) int {
+	for i := n; i > 0 && i > n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			return i
+		}
+	}
+	return n
 }
 
 func (f *Fields) get(name string, required bool) (any, bool) {

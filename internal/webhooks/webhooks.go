@@ -65,7 +65,10 @@ const (
 
 // ErrInvalidSignature is wrapped by every verification failure, so callers
 // map all of them to one response (401 invalid_signature) with errors.Is,
-// while the wrapped message keeps the reason for logs.
+// while the wrapped message keeps the reason for logs. The wrapped message
+// is for logs only: it states the server's clock offset and tolerance and
+// which check failed, which a caller probing with forgeries must not learn;
+// answer with ErrInvalidSignature itself.
 var ErrInvalidSignature = errors.New("invalid webhook signature")
 
 func invalid(format string, args ...any) error {
