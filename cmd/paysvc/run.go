@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 
 	"github.com/paysvc/paysvc/internal/app"
@@ -90,6 +91,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return usageError("unknown command %q", args[0])
 }
 
+// testHookHandler, if not nil, wraps the service's handler in serve. Only
+// tests set it (run_test.go, once, in init, before any test runs), to learn
+// that a request has reached the handler instead of sleeping until it
+// probably has (TestRunServeDrainsInFlight). It is nil in the binary.
+var testHookHandler func(http.Handler) http.Handler
+
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -105,6 +112,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, args []stri
 		return err
 	}
 	defer a.Close()
+	if testHookHandler != nil {
+		a.Handler = testHookHandler(a.Handler)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("PAYSVC_ADDR: listen %s: %w", cfg.Addr, err)

@@ -541,8 +541,43 @@ func TestRunServe(t *testing.T) {
 	}
 }
 
+// rtReading holds, by Idempotency-Key, a channel that the serve handler
+// closes once it has read the first bytes of that request's body (see
+// testHookHandler): from then on the request is in the handler, waiting for
+// the rest of its body.
+var rtReading sync.Map // string → chan struct{}
+
+func init() {
+	testHookHandler = func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ch, ok := rtReading.Load(r.Header.Get("Idempotency-Key")); ok {
+				r.Body = &rtSignalBody{ReadCloser: r.Body, read: ch.(chan struct{})}
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
+// rtSignalBody closes read when the first bytes of the body are read.
+type rtSignalBody struct {
+	io.ReadCloser
+	read chan struct{}
+	once sync.Once
+}
+
+func (b *rtSignalBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.once.Do(func() { close(b.read) })
+	}
+	return n, err
+}
+
 // TestRunServeDrainsInFlight: a request still being received when shutdown
 // starts is answered; new connections are refused meanwhile; run returns nil.
+// Shutdown starts once the handler has read the first half of the body (an
+// event, not a sleep: on a loaded machine a sleep may end before the request
+// arrives, and then the test is about a connection, not a request in flight).
 func TestRunServeDrainsInFlight(t *testing.T) {
 	t.Parallel()
 	dsn, _ := rtFreshDSN(t)
@@ -562,6 +597,9 @@ func TestRunServeDrainsInFlight(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+rtAPIKey)
 	req.Header.Set("Idempotency-Key", "drain-key-1")
+	reading := make(chan struct{})
+	rtReading.Store("drain-key-1", reading)
+	defer rtReading.Delete("drain-key-1")
 	type result struct {
 		status int
 		body   []byte
@@ -578,11 +616,18 @@ func TestRunServeDrainsInFlight(t *testing.T) {
 		b, err := io.ReadAll(res.Body)
 		resc <- result{status: res.StatusCode, body: b, err: err}
 	}()
-	// Half the body goes out; the handler is now waiting for the rest.
+	// Half the body goes out; once the handler has read it, it waits for
+	// the rest.
 	if _, err := pw.Write(body[:len(body)/2]); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	select {
+	case <-reading:
+	case r := <-resc:
+		t.Fatalf("answered before the body was complete: %d %s %v", r.status, r.body, r.err)
+	case <-time.After(time.Minute):
+		t.Fatalf("the handler never read the first half of the body")
+	}
 
 	s.cancel()
 	// The listener closes at once...

@@ -10,10 +10,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1021,25 +1025,164 @@ func (c *cbFixedClock) Now() time.Time { return time.Unix(c.unix.Load(), 0).UTC(
 func (c *cbFixedClock) set(unix int64) { c.unix.Store(unix) }
 
 // TestReconcileFindsCorruption: books broken by hand are reported, each by
-// the check that owns the rule, naming the order; clean orders stay out of
-// the report.
+// the check that owns the rule it breaks, naming what to look at; clean
+// rows stay out of the report. One table row per corruption, each on rows
+// of its own (an order, its payment, refund and ledger entries), and every
+// check reconcile has is the subject of a row: the test reads the check
+// names from reconcile.go, so a new check without a row fails here. Each
+// row states every kind of finding its corruption gives (the subject, and
+// the checks it breaks besides, if any), and exactly those are expected of
+// its rows. Corruptions are chosen to break their subject's rule alone
+// where the schema allows it.
 func TestReconcileFindsCorruption(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	s := cbNewService(t, d, app.Options{}, nil)
 	ctx := context.Background()
 
-	// A clean world with every kind of row.
-	unpaid := s.createOrder(t, "rec-unpaid", 1000, "EUR")
-	twice := s.pay(t, s.createOrder(t, "rec-twice", 1000, "EUR"), "txn-rec-twice")
-	ledger := s.pay(t, s.createOrder(t, "rec-ledger", 1000, "EUR"), "txn-rec-ledger")
-	refunded := s.pay(t, s.createOrder(t, "rec-refunded", 1000, "EUR"), "txn-rec-refunded")
-	rno := s.refundNo(t, refunded.OrderNo, "rec-refund", 400)
-	if a := s.send(t, cbRefundSettled(true, refunded, rno, "re-rec-1", 400)); !a.is(200, "applied") {
+	exec := func(t *testing.T, q string, args ...any) {
+		t.Helper()
+		if err := d.Gorm.Exec(q, args...).Error; err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// What a row corrupts: one order in the state the row asks for.
+	type fixture struct {
+		order    cbOrder
+		refundNo string // the order's refund, if the state has one
+	}
+	const (
+		unpaid        = "unpaid"
+		paid          = "paid"
+		pendingRefund = "paid, refund of 400 pending"
+		settledRefund = "paid, refund of 400 settled"
+		none          = "no order"
+	)
+	insertPayment := func(t *testing.T, txn, orderNo string, amount int64) {
+		exec(t, `INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
+		         VALUES (?, ?, ?, 'SUCCEEDED', 'applied', ?, 'EUR', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, cbProvider, txn, orderNo, amount)
+	}
+	rows := []struct {
+		check string   // the check this row is for
+		also  []string // the other checks its corruption breaks
+		state string
+		// corrupt breaks f's rows and returns what else the findings may
+		// name (rows it made up).
+		corrupt func(t *testing.T, f fixture) (names []string)
+	}{
+		{check: "order paid twice", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			insertPayment(t, "txn-rec-forged", f.order.OrderNo, f.order.Amount)
+			return nil
+		}},
+		{check: "paid order without its payment", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			// The payment was in another currency: it did not pay this order.
+			exec(t, `UPDATE payments SET currency = 'USD' WHERE order_no = ?`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "paid order without its payment", state: unpaid,
+			also: []string{
+				"status disagrees with amounts",  // PAID with paid_at null
+				"ledger sums differ from orders", // PAID, no payment in the ledger
+			},
+			corrupt: func(t *testing.T, f fixture) []string {
+				exec(t, `UPDATE orders SET status = 'PAID' WHERE order_no = ?`, f.order.OrderNo)
+				return nil
+			}},
+		{check: "applied payment on an unpaid order", state: unpaid, corrupt: func(t *testing.T, f fixture) []string {
+			insertPayment(t, "txn-rec-unpaid", f.order.OrderNo, f.order.Amount)
+			return nil
+		}},
+		{check: "payment for an unknown order", state: none, corrupt: func(t *testing.T, _ fixture) []string {
+			insertPayment(t, "txn-rec-ghost", "ord_rec_ghost_payment", 1000)
+			return []string{"ord_rec_ghost_payment"}
+		}},
+		{check: "refund for an unknown order", state: none, corrupt: func(t *testing.T, _ fixture) []string {
+			exec(t, `INSERT INTO refunds (refund_no, order_no, merchant_id, amount, status, created_at, updated_at)
+			         VALUES ('rfd_rec_ghost', 'ord_rec_ghost_refund', ?, 100, 'PENDING', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, merchant)
+			return []string{"rfd_rec_ghost"}
+		}},
+		{check: "refunds above the amount", state: pendingRefund, corrupt: func(t *testing.T, f fixture) []string {
+			// The schema's CHECK forbids this; a restore from before it,
+			// or a server that ignores CHECK, does not. The refund and the
+			// order's total agree, so only the bound is broken.
+			exec(t, `ALTER TABLE orders DROP CONSTRAINT ck_orders_refunds`)
+			exec(t, `UPDATE refunds SET amount = amount + 1000 WHERE refund_no = ?`, f.refundNo)
+			exec(t, `UPDATE orders SET pending_refund_amount = pending_refund_amount + 1000 WHERE order_no = ?`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "refund totals differ from refunds", state: pendingRefund, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `UPDATE orders SET pending_refund_amount = pending_refund_amount - 100 WHERE order_no = ?`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "status disagrees with amounts", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `UPDATE orders SET status = 'PARTIALLY_REFUNDED' WHERE order_no = ?`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "ledger sums differ from orders", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `DELETE FROM ledger_entries WHERE order_no = ? AND kind = 'payment'`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "ledger sums differ from orders", state: paid,
+			also: []string{"ledger entry without its transaction"}, // the entry matches no payment
+			corrupt: func(t *testing.T, f fixture) []string {
+				exec(t, `UPDATE ledger_entries SET amount = amount - 1 WHERE order_no = ? AND kind = 'payment'`, f.order.OrderNo)
+				return nil
+			}},
+		{check: "ledger entry without its transaction", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `UPDATE ledger_entries SET txn_id = 'txn-rec-nowhere' WHERE order_no = ? AND kind = 'payment'`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "settled refund without its ledger entry", state: settledRefund,
+			also: []string{"ledger sums differ from orders"}, // the ledger's refunds no longer add up
+			corrupt: func(t *testing.T, f fixture) []string {
+				exec(t, `DELETE FROM ledger_entries WHERE order_no = ? AND kind = 'refund'`, f.order.OrderNo)
+				return nil
+			}},
+	}
+
+	// Every check reconcile has is some row's subject.
+	var subjects []string
+	for _, r := range rows {
+		subjects = append(subjects, r.check)
+	}
+	for _, c := range reconcileCheckNames(t) {
+		if !slices.Contains(subjects, c) {
+			t.Errorf("reconcile check %q is the subject of no row: add a corruption that fires it", c)
+		}
+	}
+
+	// A clean world: every row's state, and rows that must stay out of
+	// the report (an unpaid order, a cancelled one, a settled refund, a
+	// duplicate payment to refund).
+	fixtures := make([]fixture, len(rows))
+	for i, r := range rows {
+		if r.state == none {
+			continue
+		}
+		f := &fixtures[i]
+		f.order = s.createOrder(t, fmt.Sprintf("rec-%02d", i), 1000, "EUR")
+		if r.state == unpaid {
+			continue
+		}
+		f.order = s.pay(t, f.order, fmt.Sprintf("txn-rec-%02d", i))
+		if r.state == paid {
+			continue
+		}
+		f.refundNo = s.refundNo(t, f.order.OrderNo, fmt.Sprintf("rec-refund-%02d", i), 400)
+		if r.state == settledRefund {
+			if a := s.send(t, cbRefundSettled(true, f.order, f.refundNo, fmt.Sprintf("re-rec-%02d", i), 400)); !a.is(200, "applied") {
+				t.Fatalf("refund.succeeded: %v", a)
+			}
+		}
+	}
+	s.createOrder(t, "rec-clean-unpaid", 1000, "EUR")
+	cleanPaid := s.pay(t, s.createOrder(t, "rec-clean-refunded", 1000, "EUR"), "txn-rec-clean")
+	cleanRefund := s.refundNo(t, cleanPaid.OrderNo, "rec-clean-refund", 400)
+	if a := s.send(t, cbRefundSettled(true, cleanPaid, cleanRefund, "re-rec-clean", 400)); !a.is(200, "applied") {
 		t.Fatalf("refund.succeeded: %v", a)
 	}
-	s.send(t, cbPaid(refunded, "txn-rec-duplicate")) // a duplicate payment: to refund, not a finding
-	closed := s.createOrder(t, "rec-closed", 1000, "EUR")
+	s.send(t, cbPaid(cleanPaid, "txn-rec-duplicate")) // a duplicate payment: to refund, not a finding
+	closed := s.createOrder(t, "rec-clean-closed", 1000, "EUR")
 	if a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, "/v1/orders/"+closed.OrderNo+"/cancel", "rec-cancel", nil); err != nil || a.Status != 200 {
 		t.Fatalf("cancel: %v %v", a, err)
 	}
@@ -1048,56 +1191,92 @@ func TestReconcileFindsCorruption(t *testing.T) {
 		t.Errorf("reconcile: %d payments to refund, want 1", rep.ToRefund)
 	}
 
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if err := d.Gorm.Exec(q, args...).Error; err != nil {
-			t.Fatalf("%s: %v", q, err)
+	// The corruptions, then one run over all of them.
+	names := make([][]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.corrupt(t, fixtures[i])
+		if f := fixtures[i]; f.order.OrderNo != "" {
+			names[i] = append(names[i], f.order.OrderNo)
+		}
+		if f := fixtures[i]; f.refundNo != "" {
+			names[i] = append(names[i], f.refundNo)
 		}
 	}
-	exec(`UPDATE orders SET status = 'PAID' WHERE order_no = ?`, unpaid.OrderNo)
-	exec(`INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)
-	      VALUES (?, 'txn-rec-forged', ?, 'SUCCEEDED', 'applied', 1000, 'EUR', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, cbProvider, twice.OrderNo)
-	exec(`UPDATE ledger_entries SET amount = amount - 1 WHERE order_no = ? AND kind = 'payment'`, ledger.OrderNo)
-
-	// Each corruption is reported by the checks that own the rules it
-	// breaks, naming the order; nothing is said about the clean orders.
-	want := map[string][]string{
-		unpaid.OrderNo: {
-			"paid order without its payment", // PAID, no applied payment
-			"status disagrees with amounts",  // PAID with paid_at null
-			"ledger sums differ from orders", // PAID, no payment in the ledger
-		},
-		twice.OrderNo: {"order paid twice"},
-		ledger.OrderNo: {
-			"ledger sums differ from orders",       // 999 booked for an order of 1000
-			"ledger entry without its transaction", // the entry matches no payment
-		},
-	}
-	got := map[string][]string{}
 	rep = cbReconcile(t, d)
+	got := make([][]string, len(rows))
 	for _, f := range rep.Findings {
-		owner := ""
-		for no := range want {
-			if strings.Contains(f.Detail, no) {
-				owner = no
+		owner := -1
+		for i := range rows {
+			for _, n := range names[i] {
+				if strings.Contains(f.Detail, n) {
+					owner = i
+				}
 			}
 		}
-		if owner == "" {
-			t.Errorf("finding about an order that was not corrupted: %s", f)
+		if owner < 0 {
+			t.Errorf("finding about rows that were not corrupted: %s", f)
 			continue
 		}
 		got[owner] = append(got[owner], f.Check)
 	}
-	for no, checks := range want {
-		for _, c := range checks {
-			if !slices.Contains(got[no], c) {
-				t.Errorf("order %s: no %q finding; findings: %q", no, c, got[no])
+	for i, r := range rows {
+		t.Run(fmt.Sprintf("%02d %s", i, r.check), func(t *testing.T) {
+			want := slices.Sorted(slices.Values(append([]string{r.check}, r.also...)))
+			have := slices.Sorted(slices.Values(got[i]))
+			if !slices.Equal(have, want) {
+				t.Errorf("%s (%v): findings %q, want %q", r.state, names[i], have, want)
 			}
-		}
+		})
 	}
 	var sb strings.Builder
 	rep.Print(&sb)
 	t.Logf("reconcile after the corruption:\n%s", sb.String())
+}
+
+// reconcileCheckNames lists the names of reconcile's checks, read from its
+// source: the first string of each element of its checks table.
+func reconcileCheckNames(t *testing.T) []string {
+	t.Helper()
+	const src = "../reconcile/reconcile.go"
+	file, err := parser.ParseFile(token.NewFileSet(), src, nil, 0)
+	if err != nil {
+		t.Fatalf("read reconcile's checks: %v", err)
+	}
+	var names []string
+	ast.Inspect(file, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "checks" || len(vs.Values) != 1 {
+			return true
+		}
+		lit, ok := vs.Values[0].(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		for _, e := range lit.Elts {
+			el, ok := e.(*ast.CompositeLit)
+			if !ok || len(el.Elts) == 0 {
+				t.Fatalf("%s: an element of checks that is not {name, query, ...}", src)
+			}
+			first := el.Elts[0]
+			if kv, ok := first.(*ast.KeyValueExpr); ok {
+				first = kv.Value
+			}
+			bl, ok := first.(*ast.BasicLit)
+			if !ok || bl.Kind != token.STRING {
+				t.Fatalf("%s: a check whose name is not a string literal", src)
+			}
+			name, err := strconv.Unquote(bl.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		return false
+	})
+	if len(names) == 0 {
+		t.Fatalf("%s: no checks table found", src)
+	}
+	return names
 }
 
 // TestInterleavings (CONTRACT §6): 100 orders of 1000, none paid yet, each

@@ -231,17 +231,21 @@ func TestHelperProcess(t *testing.T) {
 // database rolls the transaction back, but the claim, committed before it,
 // stays PROCESSING: a retry on another instance must get 409 while the
 // lease runs, then take the claim over and create the order exactly once.
+//
+// The surviving instance runs on the injected clock, which the test holds
+// before the dead claim's lease_until (the 409 is always checked, however
+// long the kill took), then moves to a microsecond before it (still 409)
+// and to it exactly (the take-over). The lease is 30s, so that no real
+// time runs it out: neither the child's claim nor the survivor's own
+// execution, whose context it also bounds.
 func TestCrashProcessKilled(t *testing.T) {
 	t.Parallel()
-	// The brief's 1s works, but the first retry must land inside the lease
-	// to see the 409, and on two shared cores under -race the time from the
-	// child's claim to that retry has been seen near 1s; 2s keeps the
-	// assertion honest without making the test slow.
-	const lease = 2 * time.Second
+	const lease = 30 * time.Second
 	d := dbtest.New(t)
 	// The surviving instance is ready before the crash, so that the retry
 	// can follow it at once.
-	svc := newService(t, d, func(c *config.Config) { c.Lease = lease }, app.Options{})
+	clock := newFakeClock() // before the child's claim, on the real clock
+	svc := newService(t, d, func(c *config.Config) { c.Lease = lease }, app.Options{Now: clock.Now})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -320,35 +324,40 @@ func TestCrashProcessKilled(t *testing.T) {
 		t.Fatalf("orders after the crash: %d, want 0", n)
 	}
 
-	sentAt := time.Now()
-	final, trace, err := createUntilFinal(ctx, svc.url, key, body, !retryOn500)
-	answeredAt := time.Now()
-	if err != nil {
-		t.Fatalf("retry: %v", err)
+	if now := clock.Now(); !now.Before(leaseUntil) {
+		t.Fatalf("the survivor's clock %v is not before the dead claim's lease_until %v", now, leaseUntil)
 	}
-	var count tally
-	count.add(trace)
-	t.Logf("retries after the crash: %v; lease ran out %v before the 201", count, answeredAt.Sub(leaseUntil).Round(time.Millisecond))
-	switch {
-	case count.inUse > 0:
-	case sentAt.Before(leaseUntil.Add(-250 * time.Millisecond)):
-		t.Errorf("no 409 while the dead process's lease ran: %v", trace)
-	default:
-		// Only on a machine so loaded that the kill and one read took
-		// most of the lease.
-		t.Logf("the first retry came %v before the lease ended; the 409 was not checked", leaseUntil.Sub(sentAt))
+	var trace []answer
+	retry := func(when string) answer {
+		t.Helper()
+		a, err := postCreate(ctx, svc.url, key, body)
+		if err != nil {
+			t.Fatalf("retry %s: %v", when, err)
+		}
+		trace = append(trace, a)
+		return a
 	}
+	// While the lease runs, and until its last microsecond, the key is in
+	// flight.
+	if a := retry("while the lease runs"); !a.inUse() {
+		t.Errorf("retry while the dead process's lease runs: %v, want 409 idempotency_key_in_use", a)
+	}
+	clock.Advance(leaseUntil.Add(-time.Microsecond).Sub(clock.Now()))
+	if a := retry("a microsecond before the lease ends"); !a.inUse() {
+		t.Errorf("retry a microsecond before the lease ends: %v, want 409 idempotency_key_in_use", a)
+	}
+	// At lease_until the claim is the survivor's to take over.
+	clock.Advance(leaseUntil.Sub(clock.Now()))
+	final := retry("when the lease ends")
+	t.Logf("retries after the crash: %v", trace)
 	if !final.first() {
-		t.Errorf("final answer %v, want a non-replayed 201 from the take-over", final)
-	}
-	if answeredAt.Before(leaseUntil) {
-		t.Errorf("taken over at %v, before the lease ran out at %v", answeredAt, leaseUntil)
+		t.Errorf("retry when the lease ends: %v, want a non-replayed 201 from the take-over", final)
 	}
 	if got := idempotencyOutcome(t, svc.app, "taken_over"); got != 1 {
 		t.Errorf(`paysvc_idempotency_requests_total{outcome="taken_over"} = %v, want 1`, got)
 	}
-	if got := idempotencyOutcome(t, svc.app, "in_flight"); got != float64(count.inUse) {
-		t.Errorf(`paysvc_idempotency_requests_total{outcome="in_flight"} = %v, want %d`, got, count.inUse)
+	if got := idempotencyOutcome(t, svc.app, "in_flight"); got != 2 {
+		t.Errorf(`paysvc_idempotency_requests_total{outcome="in_flight"} = %v, want 2`, got)
 	}
 	if got := idempotencyOutcome(t, svc.app, "first"); got != 0 {
 		t.Errorf(`paysvc_idempotency_requests_total{outcome="first"} = %v, want 0`, got)

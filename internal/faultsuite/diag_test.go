@@ -2,7 +2,9 @@ package faultsuite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -25,32 +27,104 @@ func isConnLimit(msg string) bool {
 // tests, and when it refuses a connection the service answers 5xx (the
 // client retries) and, if the release of the claim is refused too, holds
 // the key until its lease ends (the client sees 409s, then a take-over).
-// Any other "request failed" or failed release fails the test. It returns
-// how many claims the processes failed to release, for the tests that
-// bound take-overs.
+// Anything else the servers logged as a failure fails the test: see
+// serverFailures. It returns how many claims the processes failed to
+// release, for the tests that bound take-overs.
 func assertOnlyEnvironmentalFailures(t *testing.T, seen5xx int, procs ...*serveProc) (failedReleases int) {
 	t.Helper()
 	limited := 0
 	for _, p := range procs {
-		for _, msg := range []string{"request failed", releaseFailedMsg} {
-			for _, l := range p.logLines(msg) {
-				err := fmt.Sprint(l["err"])
-				if msg == releaseFailedMsg {
-					failedReleases++
-				}
-				if isConnLimit(err) {
-					limited++
-					continue
-				}
-				t.Errorf("%s: %q although no fault was injected: %s", p.name, msg, err)
-			}
+		v := serverFailures(p.out.String())
+		for _, f := range v.failures {
+			t.Errorf("%s, although no fault was injected: %s", p.name, f)
 		}
+		failedReleases += v.failedReleases
+		limited += v.connLimited
 	}
 	if seen5xx > 0 || failedReleases > 0 {
 		t.Logf("environment: clients saw %d 5xx (retried), the processes failed to release %d claims; %d log lines name 1040 Too many connections",
 			seen5xx, failedReleases, limited)
 	}
 	return failedReleases
+}
+
+// logVerdict is what serverFailures found in a server's output.
+type logVerdict struct {
+	failures       []string // not explained by the environment
+	panics         []string // panics, recovered or not: never explained (also in failures)
+	failedReleases int      // releaseFailedMsg lines, whatever their cause
+	connLimited    int      // lines explained by 1040 Too many connections
+}
+
+// serverFailures reads a serve process's output (JSON slog lines, and
+// whatever the Go runtime writes) for failures:
+//
+//   - a panic: a "panic" line (the recovery middleware's, which answers
+//     500 and logs no "request failed"), or the runtime's own "panic:" or
+//     "fatal error:" text;
+//   - a line at level ERROR whose err is not 1040 Too many connections
+//     ("request failed", a failed release, a failed purge, ...);
+//   - a request answered 5xx (the access log's status) without a
+//     "request failed" line of the same request_id naming 1040: a 5xx
+//     the service answered in any other way, or for any other reason.
+//
+// The access log is read too so that a 5xx cannot hide in a line this
+// function does not know by name.
+func serverFailures(output string) logVerdict {
+	var v logVerdict
+	environmental := map[string]bool{} // request_id → its 5xx was a 1040
+	type answered struct {
+		id     string
+		status int
+		line   string
+	}
+	var serverErrors []answered
+	for l := range strings.SplitSeq(output, "\n") {
+		var m map[string]any
+		if !strings.HasPrefix(l, "{") || json.Unmarshal([]byte(l), &m) != nil {
+			if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+				v.panics = append(v.panics, "the runtime says: "+l)
+				v.failures = append(v.failures, "the runtime says: "+l)
+			}
+			continue
+		}
+		msg, _ := m["msg"].(string)
+		level, _ := m["level"].(string)
+		id, _ := m["request_id"].(string)
+		errText := fmt.Sprint(m["err"])
+		switch {
+		case msg == "panic":
+			p := fmt.Sprintf("panic in request %s: %v", id, m["panic"])
+			v.panics = append(v.panics, p)
+			v.failures = append(v.failures, p)
+			continue
+		case msg == "http request":
+			if status, ok := m["status"].(float64); ok && status >= 500 {
+				serverErrors = append(serverErrors, answered{id, int(status), l})
+			}
+			continue
+		}
+		if msg == releaseFailedMsg {
+			v.failedReleases++
+		}
+		if level != slog.LevelError.String() {
+			continue
+		}
+		if isConnLimit(errText) {
+			v.connLimited++
+			if msg == "request failed" && id != "" {
+				environmental[id] = true
+			}
+			continue
+		}
+		v.failures = append(v.failures, fmt.Sprintf("%q: %s", msg, errText))
+	}
+	for _, a := range serverErrors {
+		if !environmental[a.id] {
+			v.failures = append(v.failures, fmt.Sprintf("request %s answered %d with no 1040 behind it: %s", a.id, a.status, a.line))
+		}
+	}
+	return v
 }
 
 // watchdog logs the database's view of d (claims still PROCESSING, busy

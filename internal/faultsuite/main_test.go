@@ -137,6 +137,10 @@ func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
 		if strings.Contains(p.out.String(), "WARNING: DATA RACE") {
 			t.Errorf("%s: the race detector found a data race in the service (see its output)", name)
 		}
+		// No fault a test injects excuses a panic.
+		for _, l := range serverFailures(p.out.String()).panics {
+			t.Errorf("%s panicked: %s", name, l)
+		}
 		if t.Failed() {
 			p.dump(t)
 		}

@@ -184,18 +184,98 @@ func FuzzEncodingRoundTrip(f *testing.F) {
 	})
 }
 
-// FuzzDecode: whatever a row holds, decode answers or errs; it never
-// panics.
+// FuzzDecode: whatever a row holds, decode answers or errs, never panics,
+// and what it answers is what the row says. The oracle reads the row
+// independently of Decode: the format byte's low 4 bits name the content
+// type and its high 4 the encoding; the payload is the BLOB as it is or,
+// for encodingDeflate1, what the standard library's compress/flate inflates
+// from it with dictionary1; the payload is len(Location) | Location | body.
+// Decode must refuse exactly the rows the oracle cannot read (an unknown
+// content type or encoding, a truncated or corrupt payload, one that
+// inflates beyond maxStoredResponse) and, for every other row, return the
+// given status, the content type, Location and body the oracle reads; and
+// what it returns must survive Encode and Decode again unchanged.
 func FuzzDecode(f *testing.F) {
+	c := NewCodec()
+	seed := func(r Response) {
+		format, blob, err := c.Encode(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(format, blob)
+	}
+	seed(Response{Status: 201, ContentType: "application/json",
+		Location: "/v1/orders/ord_01M8NEJ6ZXG00T18XRE42Z6MP4", Body: []byte(orderBody)}) // deflated
+	seed(Response{Status: 404, ContentType: "application/problem+json", Body: []byte(`{"x":1}`)}) // plain
 	f.Add(uint8(0x11), deflatedSeed())
 	f.Add(uint8(0x01), []byte{3, '/', 'x', 'y', '{', '}'})
-	c := NewCodec()
+	f.Add(uint8(0x02), []byte{0})                // no Location, no body
+	f.Add(uint8(0x01), []byte{4, '/', 'x', 'y'}) // truncated Location
+	f.Add(uint8(0x01), []byte{})                 // empty
+	f.Add(uint8(0x00), []byte{0, '{', '}'})      // no content type
+	f.Add(uint8(0x0f), []byte{0, '{', '}'})      // unknown content type
+	f.Add(uint8(0x21), []byte{0, '{', '}'})      // unknown encoding
+	f.Add(uint8(0x11), []byte{0, '{', '}'})      // not deflate
+	f.Add(uint8(0x11), deflatedSeed()[:10])      // deflate cut short
 	f.Fuzz(func(t *testing.T, format uint8, blob []byte) {
 		resp, err := c.Decode(200, format, blob)
-		if err == nil && len(resp.Location)+len(resp.Body) > maxStoredResponse {
-			t.Fatalf("decoded %d bytes, over the bound", len(resp.Location)+len(resp.Body))
+		want, why := oracleDecode(200, format, blob)
+		if why != "" {
+			if err == nil {
+				t.Fatalf("Decode(%#02x, %q) = %+v, want an error: %s", format, blob, resp, why)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("Decode(%#02x, %q): %v, want %+v", format, blob, err, want)
+		}
+		if resp.Status != want.Status || resp.ContentType != want.ContentType || resp.Location != want.Location || !bytes.Equal(resp.Body, want.Body) {
+			t.Fatalf("Decode(%#02x, %q) = %+v, the row holds %+v", format, blob, resp, want)
+		}
+		// Encode → Decode is the identity on what Decode returns.
+		format2, blob2, err := c.Encode(resp)
+		if err != nil {
+			t.Fatalf("Encode(%+v), a decoded response: %v", resp, err)
+		}
+		again, err := c.Decode(200, format2, blob2)
+		if err != nil {
+			t.Fatalf("Decode(Encode(%+v)): %v", resp, err)
+		}
+		if again.Status != resp.Status || again.ContentType != resp.ContentType || again.Location != resp.Location || !bytes.Equal(again.Body, resp.Body) {
+			t.Fatalf("Decode(Encode(x)) = %+v, x = %+v", again, resp)
 		}
 	})
+}
+
+// oracleDecode reads a stored response without the Codec: the content
+// type by table, a deflated payload with compress/flate. why says why the
+// row is unreadable, "" if it is readable.
+func oracleDecode(status int, format uint8, blob []byte) (resp Response, why string) {
+	ct := int(format & 0x0f)
+	if ct >= len(contentTypes) || contentTypes[ct] == "" {
+		return Response{}, "unknown content type"
+	}
+	payload := blob
+	switch format >> 4 {
+	case encodingPlain:
+	case encodingDeflate1:
+		r := stdflate.NewReaderDict(bytes.NewReader(blob), []byte(dictionary1))
+		out, err := io.ReadAll(io.LimitReader(r, maxStoredResponse+1))
+		switch {
+		case err != nil:
+			return Response{}, "corrupt deflate stream: " + err.Error()
+		case len(out) > maxStoredResponse:
+			return Response{}, "inflates beyond the bound"
+		}
+		payload = out
+	default:
+		return Response{}, "unknown encoding"
+	}
+	if len(payload) == 0 || len(payload) < 1+int(payload[0]) {
+		return Response{}, "truncated"
+	}
+	n := int(payload[0])
+	return Response{Status: status, ContentType: contentTypes[ct], Location: string(payload[1 : 1+n]), Body: payload[1+n:]}, ""
 }
 
 func deflatedSeed() []byte {

@@ -55,8 +55,14 @@ func FuzzVerify(f *testing.F) {
 	f.Add(strings.Repeat("a", 300), "99999999999999999999", strings.Repeat("v1,AAAA ", 17), []byte("{}"))
 	f.Add("msg\x00", "01614265330", "\t"+vec1Sig+"\t", []byte{0xff})
 
-	secret := mustSecret(f, vec1Secret)
-	v := NewVerifier([]Secret{mustSecret(f, vec2Secret), secret}, tol, at(now))
+	// The Verifier holds two secrets, as during a key rotation; the oracle
+	// knows both, and both must verify. Seeds signed by each, at now.
+	secrets := []Secret{mustSecret(f, vec2Secret), mustSecret(f, vec1Secret)}
+	v := NewVerifier(secrets, tol, at(now))
+	for _, s := range secrets {
+		f.Add(vec2ID, ts1, Sign(s, vec2ID, time.Unix(now, 0), []byte(vec2Body)), []byte(vec2Body))
+		f.Add(vec1ID, ts1, "v1,AAAA "+Sign(s, vec1ID, time.Unix(now, 0), []byte(vec1Body)), []byte(vec1Body))
+	}
 
 	f.Fuzz(func(t *testing.T, id, ts, sig string, body []byte) {
 		// Arbitrary input: no panic, failures always wrap the sentinel,
@@ -69,43 +75,48 @@ func FuzzVerify(f *testing.F) {
 			if !errors.Is(err, ErrInvalidSignature) {
 				t.Fatalf("error %v does not wrap ErrInvalidSignature", err)
 			}
-		} else if !genuine(t, secret, id, ts, sig, body) {
-			t.Fatalf("accepted a signature Sign did not produce: id=%q ts=%q sig=%q", id, ts, sig)
+		} else if !genuine(t, secrets, id, ts, sig, body) {
+			t.Fatalf("accepted a signature Sign did not produce with any of the %d secrets: id=%q ts=%q sig=%q", len(secrets), id, ts, sig)
 		}
 
-		// A correct signature on any body verifies, whatever junk
-		// follows it in the header.
+		// A correct signature by either secret on any body verifies,
+		// whatever junk follows it in the header.
 		if validID(id) != nil || id == "" {
 			id = "msg_fuzz"
 		}
-		good := Sign(secret, id, time.Unix(now, 0), body)
-		header := good + " " + sig
-		if len(header) > MaxSignatureHeaderLen {
-			header = good
-		}
-		h = http.Header{}
-		h.Set(HeaderID, id)
-		h.Set(HeaderTimestamp, ts1)
-		h.Set(HeaderSignature, header)
-		if err := v.Verify(h, body); err != nil {
-			t.Fatalf("correctly signed body rejected: %v (id=%q header=%q)", err, id, header)
+		for i, s := range secrets {
+			good := Sign(s, id, time.Unix(now, 0), body)
+			header := good + " " + sig
+			if len(header) > MaxSignatureHeaderLen {
+				header = good
+			}
+			h = http.Header{}
+			h.Set(HeaderID, id)
+			h.Set(HeaderTimestamp, ts1)
+			h.Set(HeaderSignature, header)
+			if err := v.Verify(h, body); err != nil {
+				t.Fatalf("body correctly signed by secret %d of %d rejected: %v (id=%q header=%q)", i+1, len(secrets), err, id, header)
+			}
 		}
 	})
 }
 
 // genuine reports whether some examined v1 entry of sig equals the MAC Sign
-// computes; it is an oracle independent of Verify's matching loop.
-func genuine(t *testing.T, s Secret, id, ts, sig string, body []byte) bool {
+// computes with one of secrets; it is an oracle independent of Verify's
+// matching loop.
+func genuine(t *testing.T, secrets []Secret, id, ts, sig string, body []byte) bool {
 	t.Helper()
 	n, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
 		return false
 	}
-	want := Sign(s, id, time.Unix(n, 0), body)
 	entries, _ := ParseSignatureHeader(sig)
-	for _, e := range entries {
-		if e.Version == "v1" && "v1,"+base64.StdEncoding.EncodeToString(e.Signature) == want {
-			return true
+	for _, s := range secrets {
+		want := Sign(s, id, time.Unix(n, 0), body)
+		for _, e := range entries {
+			if e.Version == "v1" && "v1,"+base64.StdEncoding.EncodeToString(e.Signature) == want {
+				return true
+			}
 		}
 	}
 	return false
