@@ -339,9 +339,18 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvVia(t, func(d *dbtest.DB) string { return d.DSN })
+}
+
+// newEnvVia is newEnv with the service reaching its database at the DSN
+// dsn returns (through a dbtest.Proxy, say).
+func newEnvVia(t *testing.T, dsn func(*dbtest.DB) string) *env {
+	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
-	cfg.DSN = d.DSN
+	cfg.DSN = dsn(d)
+	// Short enough that the outage situations answer quickly.
+	cfg.RequestTimeout = 2 * time.Second
 	cfg.APIKeys = map[string]string{testAPIKey: "acme", testAPIKeyB: "bolt"}
 	cfg.WebhookSecrets = map[string][]string{providerStripe: {testSecret}, providerAdyen: {testSecretB}}
 	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/goccy/go-yaml"
 
 	"github.com/paysvc/paysvc/internal/app"
@@ -21,9 +22,14 @@ import (
 // composeFile is the part of docker-compose.yml this test reads.
 type composeFile struct {
 	Services map[string]struct {
-		Command     []string          `yaml:"command"`
-		Entrypoint  []string          `yaml:"entrypoint"`
-		Environment map[string]string `yaml:"environment"`
+		Command         []string          `yaml:"command"`
+		Entrypoint      []string          `yaml:"entrypoint"`
+		Environment     map[string]string `yaml:"environment"`
+		Ports           []string          `yaml:"ports"`
+		StopGracePeriod string            `yaml:"stop_grace_period"`
+		Healthcheck     struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -118,4 +124,77 @@ func TestComposeDemoRuns(t *testing.T) {
 		t.Fatalf("books not clean after the compose scenario: %v", rep.Findings)
 	}
 	t.Logf("compose scenario: %d orders, %d payments, %d refunds, %d ledger entries", rep.Orders, rep.Payments, rep.Refunds, rep.LedgerEntries)
+}
+
+// TestComposePublishesOnLoopback: the demo's ports are reachable from this
+// host only, never from every interface (a bare "8080:8080" publishes on
+// 0.0.0.0, and Docker's rules bypass host firewalls).
+func TestComposePublishesOnLoopback(t *testing.T) {
+	t.Parallel()
+	f := readCompose(t)
+	if len(f.Services["paysvc"].Ports) == 0 {
+		t.Error("paysvc publishes no port")
+	}
+	for name, svc := range f.Services {
+		for _, p := range svc.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s publishes %q: bind it to 127.0.0.1 (127.0.0.1:HOST:CONTAINER)", name, p)
+			}
+		}
+	}
+}
+
+// TestComposeStopOutlastsDrain: docker stop waits stop_grace_period after
+// SIGTERM before SIGKILL (10 s when unset); it must be longer than paysvc's
+// drain, or a stop kills requests the drain would have finished.
+func TestComposeStopOutlastsDrain(t *testing.T) {
+	t.Parallel()
+	svc := readCompose(t).Services["paysvc"]
+	cfg, err := config.Load(func(k string) string { return svc.Environment[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace := 10 * time.Second // Docker's default
+	if svc.StopGracePeriod != "" {
+		if grace, err = time.ParseDuration(svc.StopGracePeriod); err != nil {
+			t.Fatalf("stop_grace_period %q: %v", svc.StopGracePeriod, err)
+		}
+	}
+	if grace <= cfg.ShutdownTimeout {
+		t.Errorf("paysvc stop_grace_period %v is not above PAYSVC_SHUTDOWN_TIMEOUT %v", grace, cfg.ShutdownTimeout)
+	}
+}
+
+// TestComposeDedicatedDatabaseUser: paysvc connects as the user the mysql
+// service creates for it (MYSQL_USER, with rights on MYSQL_DATABASE only),
+// not as root.
+func TestComposeDedicatedDatabaseUser(t *testing.T) {
+	t.Parallel()
+	f := readCompose(t)
+	my := f.Services["mysql"].Environment
+	dsn, err := mysql.ParseDSN(f.Services["paysvc"].Environment["PAYSVC_DSN"])
+	if err != nil {
+		t.Fatalf("PAYSVC_DSN: %v", err)
+	}
+	if dsn.User == "root" || dsn.User == "" {
+		t.Errorf("paysvc connects as %q: use a dedicated user", dsn.User)
+	}
+	if my["MYSQL_USER"] == "" || my["MYSQL_USER"] == "root" {
+		t.Errorf("mysql MYSQL_USER = %q: the image must create paysvc's user", my["MYSQL_USER"])
+	}
+	if dsn.User != my["MYSQL_USER"] || dsn.Passwd != my["MYSQL_PASSWORD"] {
+		t.Errorf("PAYSVC_DSN user %q is not mysql's MYSQL_USER %q with MYSQL_PASSWORD", dsn.User, my["MYSQL_USER"])
+	}
+	// The image grants MYSQL_USER its rights on MYSQL_DATABASE only.
+	if dsn.DBName != my["MYSQL_DATABASE"] {
+		t.Errorf("PAYSVC_DSN database %q is not mysql's MYSQL_DATABASE %q", dsn.DBName, my["MYSQL_DATABASE"])
+	}
+	if _, ok := my["MYSQL_ROOT_PASSWORD"]; ok {
+		t.Error("MYSQL_ROOT_PASSWORD is set: nothing needs root; use MYSQL_RANDOM_ROOT_PASSWORD")
+	}
+	for _, a := range f.Services["mysql"].Healthcheck.Test {
+		if a == "-uroot" || a == "root" {
+			t.Errorf("the mysql healthcheck logs in as root: %v", f.Services["mysql"].Healthcheck.Test)
+		}
+	}
 }

@@ -67,10 +67,11 @@ var frameHeaders = map[string]bool{
 }
 
 // Component responses that describe the router's own answers to requests
-// outside the document.
+// outside the document. No operation refers to them (no operation answers
+// a path or method the document lacks); the Validator does, by these names.
 const (
-	routeNotFoundResponse    = "RouteNotFound"
-	methodNotAllowedResponse = "MethodNotAllowed"
+	RouteNotFoundResponse    = "RouteNotFound"
+	MethodNotAllowedResponse = "MethodNotAllowed"
 )
 
 // maxErrLen bounds one reported error: schema errors quote whole schemas.
@@ -229,14 +230,14 @@ func (v *Validator) validate(req *http.Request, reqBody []byte, resp *http.Respo
 	route, params, err := v.router.FindRoute(r)
 	switch {
 	case errors.Is(err, routers.ErrPathNotFound):
-		route = v.routerRoute(r, http.StatusNotFound, routeNotFoundResponse)
+		route = v.routerRoute(r, http.StatusNotFound, RouteNotFoundResponse)
 	case errors.Is(err, routers.ErrMethodNotAllowed):
-		route = v.routerRoute(r, http.StatusMethodNotAllowed, methodNotAllowedResponse)
+		route = v.routerRoute(r, http.StatusMethodNotAllowed, MethodNotAllowedResponse)
 	case err != nil:
 		return []error{fmt.Errorf("find route: %w", err)}
 	}
 	if route == nil {
-		return []error{fmt.Errorf("the document lacks components/responses %s or %s", routeNotFoundResponse, methodNotAllowedResponse)}
+		return []error{fmt.Errorf("the document lacks components/responses %s or %s", RouteNotFoundResponse, MethodNotAllowedResponse)}
 	}
 
 	reqInput := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route, Options: v.opts}

@@ -88,6 +88,9 @@ type ClaimStylesResult struct {
 	// (RETURNING) and with DisableWithReturning (as db.Open sets it).
 	GormTrapDefault, GormTrapDisabled int64
 	GormTrapChecked                   bool
+	// Server is the database server measured: the gorm trap depends on
+	// it (GormTrapWant).
+	Server Server
 	// LoadBefore and LoadAfter are the host's 1-minute load average around
 	// the measured runs ("" where /proc/loadavg is not readable): the
 	// spreads mean little on a busy machine.
@@ -110,8 +113,8 @@ func (r ClaimStylesResult) Markdown() string {
 	}
 	if r.GormTrapChecked {
 		out += fmt.Sprintf("\nTrap check: gorm `Clauses(clause.OnConflict{DoNothing: true}).Create` of a key that already exists reports "+
-			"RowsAffected = %d with gorm's default MariaDB dialect (it appends RETURNING), %d with `DisableWithReturning: true` (db.Open).\n",
-			r.GormTrapDefault, r.GormTrapDisabled)
+			"RowsAffected = %d with gorm's default dialect (on MariaDB it appends RETURNING), %d with `DisableWithReturning: true` (db.Open); server %s (%s).\n",
+			r.GormTrapDefault, r.GormTrapDisabled, r.Server.Version, r.Server.Comment)
 	}
 	return out
 }
@@ -219,6 +222,11 @@ func RunClaimStyles(ctx context.Context, serverDSN string, cfg ClaimStylesConfig
 		}
 		res.LoadAfter = loadAverage()
 		res.GormTrapDefault, res.GormTrapDisabled, res.GormTrapChecked = gormTrap(ctx, s)
+		server, err := detectServer(ctx, s.sql)
+		if err != nil {
+			return fmt.Errorf("server version: %w", err)
+		}
+		res.Server = server
 		return nil
 	})
 	return res, err

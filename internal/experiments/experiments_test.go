@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 )
 
@@ -164,11 +166,56 @@ func TestClaimStyles(t *testing.T) {
 	if r.GormTrapDisabled != 0 {
 		t.Errorf("gorm OnConflict DoNothing with DisableWithReturning: RowsAffected %d for an existing key, want 0", r.GormTrapDisabled)
 	}
-	// FACTS.md: with RETURNING gorm reports 1 for an existing row. If
-	// this fails, gorm changed; update docs/EXPERIMENTS.md and FACTS.md.
-	if r.GormTrapDefault != 1 {
-		t.Errorf("gorm OnConflict DoNothing with RETURNING: RowsAffected %d for an existing key, want the known trap (1)", r.GormTrapDefault)
+	// FACTS.md: on MariaDB gorm appends RETURNING and reports 1 for an
+	// existing row; MySQL has no RETURNING and reports 0. If this fails,
+	// gorm changed; update docs/EXPERIMENTS.md and FACTS.md.
+	if r.Server.Version == "" {
+		t.Fatal("the server was not identified")
 	}
+	if want := GormTrapWant(r.Server.MariaDB); r.GormTrapDefault != want {
+		t.Errorf("gorm OnConflict DoNothing, default dialect, server %s (MariaDB %v): RowsAffected %d for an existing key, want %d",
+			r.Server.Version, r.Server.MariaDB, r.GormTrapDefault, want)
+	}
+}
+
+// TestServerDetection: MariaDB and MySQL 8 are told apart by what they
+// answer to SELECT VERSION(), @@version_comment, and the gorm trap
+// expected of each follows.
+func TestServerDetection(t *testing.T) {
+	for _, c := range []struct {
+		version, comment string
+		mariaDB          bool
+	}{
+		{"10.11.6-MariaDB-0+deb12u1", "Debian 12", true},
+		{"10.11.10-MariaDB-ubu2204", "mariadb.org binary distribution", true},
+		{"11.4.2-MariaDB", "MariaDB Server", true},
+		{"8.4.3", "MySQL Community Server - GPL", false},
+		{"8.0.39-0ubuntu0.22.04.1", "(Ubuntu)", false},
+		{"8.4.2-google", "(Google)", false},
+	} {
+		if got := IsMariaDB(c.version, c.comment); got != c.mariaDB {
+			t.Errorf("IsMariaDB(%q, %q) = %v, want %v", c.version, c.comment, got, c.mariaDB)
+		}
+	}
+	if GormTrapWant(true) != 1 || GormTrapWant(false) != 0 {
+		t.Errorf("GormTrapWant: MariaDB %d, MySQL %d; want 1 (RETURNING) and 0", GormTrapWant(true), GormTrapWant(false))
+	}
+	// The server the tests run on is identified.
+	cfg, err := mysql.ParseDSN(dbtest.ServerDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DBName = ""
+	conn, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := detectServer(testContext(t), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("server %q (%q): MariaDB %v", s.Version, s.Comment, s.MariaDB)
 }
 
 // TestScratchDropped: a scratch database is gone after Close.

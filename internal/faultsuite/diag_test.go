@@ -195,10 +195,36 @@ SELECT ID, COMMAND, TIME, STATE, LEFT(INFO, 160) AS INFO FROM information_schema
 SELECT x.trx_mysql_thread_id AS thread, x.trx_state, x.trx_started, x.trx_rows_locked, LEFT(x.trx_query, 160) AS query
   FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
  WHERE p.DB = ?`, d.Name)
-	dumpRows("lock waits", `
+	var version, comment string
+	if err := d.Gorm.WithContext(ctx).Raw("SELECT VERSION(), @@version_comment").Row().Scan(&version, &comment); err != nil {
+		fmt.Fprintf(&b, "lock waits:\n  (server version: %v)\n", err)
+		return b.String()
+	}
+	dumpRows(fmt.Sprintf("lock waits (%s)", version), lockWaitsQuery(isMariaDB(version, comment)))
+	return b.String()
+}
+
+// isMariaDB tells MariaDB from MySQL by SELECT VERSION(), @@version_comment
+// ("10.11.6-MariaDB-0+deb12u1"; MySQL: "8.4.3", "MySQL Community Server - GPL").
+func isMariaDB(version, comment string) bool {
+	return strings.Contains(strings.ToLower(version+" "+comment), "mariadb")
+}
+
+// lockWaitsQuery lists who waits for whom: MariaDB keeps
+// information_schema.INNODB_LOCK_WAITS, which MySQL 8 removed for
+// performance_schema.data_lock_waits.
+func lockWaitsQuery(mariaDB bool) string {
+	if mariaDB {
+		return `
 SELECT w.requesting_trx_id, r.trx_mysql_thread_id AS waiting_thread, w.blocking_trx_id, bl.trx_mysql_thread_id AS blocking_thread
   FROM information_schema.INNODB_LOCK_WAITS w
   JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
-  JOIN information_schema.INNODB_TRX bl ON bl.trx_id = w.blocking_trx_id`)
-	return b.String()
+  JOIN information_schema.INNODB_TRX bl ON bl.trx_id = w.blocking_trx_id`
+	}
+	return `
+SELECT w.REQUESTING_ENGINE_TRANSACTION_ID AS requesting_trx_id, r.trx_mysql_thread_id AS waiting_thread,
+       w.BLOCKING_ENGINE_TRANSACTION_ID AS blocking_trx_id, bl.trx_mysql_thread_id AS blocking_thread
+  FROM performance_schema.data_lock_waits w
+  JOIN information_schema.INNODB_TRX r ON r.trx_id = w.REQUESTING_ENGINE_TRANSACTION_ID
+  JOIN information_schema.INNODB_TRX bl ON bl.trx_id = w.BLOCKING_ENGINE_TRANSACTION_ID`
 }

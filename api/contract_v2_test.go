@@ -1,0 +1,82 @@
+package api_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+// noDatabase are the operations that never touch the database.
+var noDatabase = []string{"healthz", "metrics", "getOpenAPI"}
+
+// TestDatabaseRoutesAnswerUnavailable: CONTRACT §9 (v2). Every operation
+// that touches the database documents 503 unavailable with Retry-After in
+// whole seconds (required, except on /readyz, whose 503 is the probe's
+// answer); the others document no 503.
+func TestDatabaseRoutesAnswerUnavailable(t *testing.T) {
+	doc := loadSpec(t)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			ref := op.Responses.Status(503)
+			if slices.Contains(noDatabase, op.OperationID) {
+				if ref != nil {
+					t.Errorf("%s does not touch the database but documents 503", name)
+				}
+				continue
+			}
+			if ref == nil || ref.Value == nil {
+				t.Errorf("%s touches the database but documents no 503 unavailable", name)
+				continue
+			}
+			mt := ref.Value.Content.Get("application/problem+json")
+			if mt == nil {
+				t.Errorf("%s 503: not a problem", name)
+				continue
+			}
+			if codes, _ := schemaEnums(mt.Schema); !slices.Equal(codes, []string{"unavailable"}) {
+				t.Errorf("%s 503: codes %v, want [unavailable]", name, codes)
+			}
+			h := ref.Value.Headers["Retry-After"]
+			switch {
+			case h == nil || h.Value == nil:
+				t.Errorf("%s 503: no Retry-After header", name)
+			case h.Value.Schema == nil || !h.Value.Schema.Value.Type.Is(openapi3.TypeInteger):
+				t.Errorf("%s 503: Retry-After is not whole seconds", name)
+			case !h.Value.Required && op.OperationID != "readyz":
+				t.Errorf("%s 503: Retry-After is not required", name)
+			}
+		}
+	}
+}
+
+// TestDescriptionControlCharacters: CONTRACT §3 (v2). An order's
+// description may hold tab, line feed and carriage return, no other
+// control character; merchant_order_no holds none.
+func TestDescriptionControlCharacters(t *testing.T) {
+	schema := loadSpec(t).Components.Schemas["CreateOrderRequest"].Value
+	order := func(merchantOrderNo, description string) map[string]any {
+		return map[string]any{"merchant_order_no": merchantOrderNo, "amount": 1999, "currency": "EUR", "description": description}
+	}
+	for _, c := range []struct {
+		what string
+		body map[string]any
+		ok   bool
+	}{
+		{"plain", order("A-1", "2 coffees"), true},
+		{"tab, LF, CR in description", order("A-1", "line 1\r\nline 2\tend"), true},
+		{"NUL in description", order("A-1", "a\x00b"), false},
+		{"BEL in description", order("A-1", "a\x07b"), false},
+		{"ESC in description", order("A-1", "a\x1bb"), false},
+		{"DEL in description", order("A-1", "a\x7fb"), false},
+		{"C1 in description", order("A-1", "a\u0085b"), false},
+		{"tab in merchant_order_no", order("A\t1", ""), false},
+		{"LF in merchant_order_no", order("A\n1", ""), false},
+	} {
+		err := schema.VisitJSON(c.body)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: schema says %v, want ok=%v", c.what, err, c.ok)
+		}
+	}
+}
