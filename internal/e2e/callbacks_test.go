@@ -132,7 +132,7 @@ func TestRefundRace(t *testing.T) {
 	errs := make([]error, refunds)
 	elapsed := cbBarrier(refunds, func(i int) {
 		answers[i], traces[i], errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost,
-			"/v1/orders/"+o.OrderNo+"/refunds", fmt.Sprintf("race-refund-%02d", i), fmt.Appendf(nil, `{"amount":%d}`, each))
+			"/v1/orders/"+o.OrderNo+"/refunds", fmt.Sprintf("race-refund-%02d", i), cbRefundBody(each, fmt.Sprintf("race-%02d", i)))
 	})
 	var tally cbTally
 	var refundNos []string
@@ -749,7 +749,7 @@ func TestRefundEndpoint(t *testing.T) {
 	path := "/v1/orders/" + paid.OrderNo + "/refunds"
 
 	t.Run("201 shape and replay", func(t *testing.T) {
-		body := []byte(`{"amount":250,"reason":"damaged"}`)
+		body := []byte(`{"amount":250,"merchant_refund_no":"RF-Shape 1/é","reason":"damaged"}`)
 		a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", body)
 		if err != nil || a.Status != http.StatusCreated || a.Replayed || a.ContentType != "application/json" {
 			t.Fatalf("refund: %v %v, want 201 application/json", a, err)
@@ -765,15 +765,16 @@ func TestRefundEndpoint(t *testing.T) {
 				}
 			}
 		})
-		if want := []string{"amount", "created_at", "order_no", "refund_no", "status"}; !slices.Equal(keys, want) {
+		if want := []string{"amount", "created_at", "merchant_refund_no", "order_no", "refund_no", "status"}; !slices.Equal(keys, want) {
 			t.Errorf("refund fields %v, want %v", keys, want)
 		}
 		var r struct {
-			RefundNo  string `json:"refund_no"`
-			OrderNo   string `json:"order_no"`
-			Amount    int64  `json:"amount"`
-			Status    string `json:"status"`
-			CreatedAt string `json:"created_at"`
+			RefundNo         string `json:"refund_no"`
+			OrderNo          string `json:"order_no"`
+			MerchantRefundNo string `json:"merchant_refund_no"`
+			Amount           int64  `json:"amount"`
+			Status           string `json:"status"`
+			CreatedAt        string `json:"created_at"`
 		}
 		if err := json.Unmarshal(a.Body, &r); err != nil {
 			t.Fatal(err)
@@ -781,8 +782,8 @@ func TestRefundEndpoint(t *testing.T) {
 		if !regexp.MustCompile(`^rfd_[0-9A-Z]{26}$`).MatchString(r.RefundNo) || len(r.RefundNo) > 32 {
 			t.Errorf("refund_no %q, want rfd_ and a ULID (at most 32 characters)", r.RefundNo)
 		}
-		if r.OrderNo != paid.OrderNo || r.Amount != 250 || r.Status != "PENDING" {
-			t.Errorf("refund %+v, want order %s amount 250 PENDING", r, paid.OrderNo)
+		if r.OrderNo != paid.OrderNo || r.Amount != 250 || r.Status != "PENDING" || r.MerchantRefundNo != "RF-Shape 1/é" {
+			t.Errorf("refund %+v, want order %s amount 250 PENDING, merchant_refund_no verbatim", r, paid.OrderNo)
 		}
 		ts, err := time.Parse(time.RFC3339Nano, r.CreatedAt)
 		if err != nil || !strings.HasSuffix(r.CreatedAt, "Z") || time.Since(ts).Abs() > time.Minute {
@@ -793,12 +794,12 @@ func TestRefundEndpoint(t *testing.T) {
 		}
 
 		// Replay: same bytes, Idempotent-Replayed, nothing reserved twice.
-		b, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{ "reason" : "damaged", "amount" : 250 }`))
+		b, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{ "reason" : "damaged", "merchant_refund_no" : "RF-Shape 1/é", "amount" : 250 }`))
 		if err != nil || b.Status != http.StatusCreated || !b.Replayed || string(b.Body) != string(a.Body) {
 			t.Errorf("replay: %v %v, want the first answer replayed", b, err)
 		}
 		// The key with another body: 422 idempotency_key_reused.
-		c, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{"amount":251,"reason":"damaged"}`))
+		c, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{"amount":251,"merchant_refund_no":"RF-Shape 1/é","reason":"damaged"}`))
 		if err != nil || !c.is(422, "idempotency_key_reused") {
 			t.Errorf("same key, other amount: %v %v, want 422 idempotency_key_reused", c, err)
 		}
@@ -827,16 +828,28 @@ func TestRefundEndpoint(t *testing.T) {
 		detail  string
 		stored  bool // executed, so stored and replayed
 	}{
-		{"409 illegal_transition on a CREATED order", cbAPIKey, created.OrderNo, `{"amount":100}`, 409, "illegal_transition", "CREATED", true},
-		{"409 illegal_transition on a CLOSED order", cbAPIKey, closed.OrderNo, `{"amount":100}`, 409, "illegal_transition", "CLOSED", true},
-		{"422 refund_exceeds_amount", cbAPIKey, other.OrderNo, `{"amount":1001}`, 422, "refund_exceeds_amount", "1000 refundable", true},
-		{"404 order_not_found for another merchant's order", otherKey, other.OrderNo, `{"amount":100}`, 404, "order_not_found", "", true},
-		{"404 order_not_found for an unknown order", cbAPIKey, "ord_01J00000000000000000000000", `{"amount":100}`, 404, "order_not_found", "", true},
-		{"404 order_not_found for a non-ASCII order_no", cbAPIKey, "%C3%A9t%C3%A9", `{"amount":100}`, 404, "order_not_found", "", true},
-		{"400 invalid_request for amount 0", cbAPIKey, other.OrderNo, `{"amount":0}`, 400, "invalid_request", "amount", false},
-		{"400 invalid_request for a fractional amount", cbAPIKey, other.OrderNo, `{"amount":1.5}`, 400, "invalid_request", "amount", false},
-		{"400 invalid_request for an unknown field", cbAPIKey, other.OrderNo, `{"amount":100,"currency":"EUR"}`, 400, "invalid_request", "currency", false},
-		{"400 invalid_request for a missing amount", cbAPIKey, other.OrderNo, `{"reason":"x"}`, 400, "invalid_request", "amount", false},
+		{"409 illegal_transition on a CREATED order", cbAPIKey, created.OrderNo, `{"amount":100,"merchant_refund_no":"c1"}`, 409, "illegal_transition", "CREATED", true},
+		{"409 illegal_transition on a CLOSED order", cbAPIKey, closed.OrderNo, `{"amount":100,"merchant_refund_no":"c2"}`, 409, "illegal_transition", "CLOSED", true},
+		{"422 refund_exceeds_amount", cbAPIKey, other.OrderNo, `{"amount":1001,"merchant_refund_no":"c3"}`, 422, "refund_exceeds_amount", "1000 refundable", true},
+		// The unique key decides, whatever order it is asked on: the
+		// permanent backstop of a refund made once.
+		{"409 refund_exists: merchant_refund_no of a refund on this order", cbAPIKey, paid.OrderNo, `{"amount":100,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "RF-Shape 1/é", true},
+		{"409 refund_exists: merchant_refund_no of a refund on another order", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "RF-Shape 1/é", true},
+		// Checked before refundability: a merchant repeating its refund
+		// learns that it exists, not that nothing is left.
+		{"409 refund_exists before refund_exceeds_amount", cbAPIKey, paid.OrderNo, `{"amount":1000,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "", true},
+		{"404 order_not_found for another merchant's order", otherKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"c4"}`, 404, "order_not_found", "", true},
+		{"404 order_not_found for an unknown order", cbAPIKey, "ord_01J00000000000000000000000", `{"amount":100,"merchant_refund_no":"c5"}`, 404, "order_not_found", "", true},
+		{"404 order_not_found for a non-ASCII order_no", cbAPIKey, "%C3%A9t%C3%A9", `{"amount":100,"merchant_refund_no":"c6"}`, 404, "order_not_found", "", true},
+		{"400 invalid_request for amount 0", cbAPIKey, other.OrderNo, `{"amount":0,"merchant_refund_no":"c7"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for a fractional amount", cbAPIKey, other.OrderNo, `{"amount":1.5,"merchant_refund_no":"c8"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for an unknown field", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"c9","currency":"EUR"}`, 400, "invalid_request", "currency", false},
+		{"400 invalid_request for a missing amount", cbAPIKey, other.OrderNo, `{"merchant_refund_no":"c10","reason":"x"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for a missing merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for an empty merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":""}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a merchant_refund_no of 65 characters", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"` + strings.Repeat("é", 65) + `"}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a control character in merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"a\u0007b"}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a numeric merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":7}`, 400, "invalid_request", "merchant_refund_no", false},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -864,7 +877,11 @@ func TestRefundEndpoint(t *testing.T) {
 			}
 		})
 	}
-	// Nothing moved on the refused orders.
+	// Nothing moved on the refused orders, nor on the paid one after its
+	// refund: a refusal is committed with its key, and must commit nothing else.
+	if got := s.getOrder(t, paid.OrderNo); got.PendingRefundAmount != 250 || got.Version != 3 {
+		t.Errorf("order %v changed by refused refunds, want pending 250 v3", got)
+	}
 	for _, o := range []cbOrder{created, other} {
 		if got := s.getOrder(t, o.OrderNo); got.PendingRefundAmount != 0 || got.RefundedAmount != 0 || got.Version != o.Version {
 			t.Errorf("order %v changed by refused refunds", got)
@@ -1599,7 +1616,7 @@ func (r *ilRun) order(o cbOrder, plan []ilStep) *ilModel {
 			})...)
 			r.record(what, "m:"+st.key, finals, true, m.cancel())
 		case ilRefund:
-			body := fmt.Appendf(nil, `{"amount":%d}`, st.amount)
+			body := cbRefundBody(st.amount, st.key)
 			finals := r.send(cbCopies(st.copies, func(ctx context.Context) (cbAnswer, error) {
 				return s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds", st.key, body)
 			})...)
@@ -1717,7 +1734,7 @@ func (r *ilRun) orderRace(o cbOrder, plan []ilStep) ilRaceOutcome {
 			case ilRefund:
 				sl := slots[st.slot]
 				defer close(sl.answered)
-				body := fmt.Appendf(nil, `{"amount":%d}`, st.amount)
+				body := cbRefundBody(st.amount, st.key)
 				finals := r.send(cbCopies(st.copies, func(ctx context.Context) (cbAnswer, error) {
 					return s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds", st.key, body)
 				})...)

@@ -54,6 +54,9 @@ var (
 	// event for a refund_no we have not created). Not stored: the provider
 	// retries.
 	ErrRetryLater = errors.New("event arrived before what it depends on")
+	// ErrRefundExists: the merchant already used this merchant_refund_no,
+	// under another Idempotency-Key or after the key's window (409).
+	ErrRefundExists = errors.New("merchant_refund_no already used")
 )
 
 // Payment statuses: what the provider said about the transaction.
@@ -71,15 +74,16 @@ const (
 
 // Refund is a merchant's refund request.
 type Refund struct {
-	RefundNo   string
-	OrderNo    string
-	MerchantID string
-	Amount     int64
-	Reason     string
-	Status     string
-	Provider   string
-	TxnID      string
-	CreatedAt  time.Time
+	RefundNo         string
+	OrderNo          string
+	MerchantID       string
+	MerchantRefundNo string
+	Amount           int64
+	Reason           string
+	Status           string
+	Provider         string
+	TxnID            string
+	CreatedAt        time.Time
 }
 
 // Ledger entry kinds.

@@ -42,24 +42,47 @@ func NewService(now func() time.Time, refundNo func() string, log *slog.Logger) 
 
 func (s *Service) at() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
-// CreateRefund reserves amount on a merchant's paid order and records a
-// PENDING refund. 2 statements: the guarded relative UPDATE of the order
-// and the refund INSERT.
-func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, amount int64, reason string) (Refund, error) {
+// RefundInput is a validated refund request.
+type RefundInput struct {
+	MerchantRefundNo string
+	Amount           int64
+	Reason           string
+}
+
+// CreateRefund records a PENDING refund on a merchant's paid order and
+// reserves its amount. A refusal is an answer the engine stores and
+// COMMITS with the key, so it must leave nothing behind: the refund row is
+// written before the reservation (a merchant_refund_no already used fails
+// with nothing written) and withdrawn if the reservation is refused.
+// merchant_refund_no is checked before refundability: a merchant repeating
+// a refund it made learns that it exists, not that nothing is left to
+// refund. The order is locked first, as on every path that settles its
+// refunds. 3 statements: the order's locking read, the refund INSERT and
+// the guarded relative UPDATE of the order.
+func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, in RefundInput) (Refund, error) {
 	at := s.at()
-	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, amount, at); err != nil {
+	if _, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo); err != nil {
 		return Refund{}, err
 	}
 	r := Refund{
-		RefundNo:   s.refundNo(),
-		OrderNo:    orderNo,
-		MerchantID: merchantID,
-		Amount:     amount,
-		Reason:     reason,
-		Status:     RefundPending,
-		CreatedAt:  at,
+		RefundNo:         s.refundNo(),
+		OrderNo:          orderNo,
+		MerchantID:       merchantID,
+		MerchantRefundNo: in.MerchantRefundNo,
+		Amount:           in.Amount,
+		Reason:           in.Reason,
+		Status:           RefundPending,
+		CreatedAt:        at,
 	}
 	if err := insertRefund(ctx, tx, r); err != nil {
+		return Refund{}, err
+	}
+	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, in.Amount, at); err != nil {
+		if derr := deleteRefund(ctx, tx, r.RefundNo); derr != nil {
+			// Not the business error (%v): a stored refusal would commit
+			// the row; this must roll back instead.
+			return Refund{}, fmt.Errorf("refund refused (%v), withdrawing its row: %w", err, derr)
+		}
 		return Refund{}, err
 	}
 	return r, nil

@@ -87,31 +87,52 @@ func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, order
 	return nil
 }
 
+// insertRefund stores a new refund; ErrRefundExists if the merchant already
+// used its merchant_refund_no (the unique key decides, not a prior SELECT).
+// merchant_refund_no goes as []byte: the column is VARBINARY.
 func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
 	_, err := db.Exec(ctx, tx,
-		`INSERT INTO refunds (refund_no, order_no, merchant_id, amount, reason, status, created_at, updated_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.RefundNo, r.OrderNo, r.MerchantID, r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
+		`INSERT INTO refunds (refund_no, order_no, merchant_id, merchant_refund_no, amount, reason, status, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.RefundNo, r.OrderNo, r.MerchantID, []byte(r.MerchantRefundNo), r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
+	if db.IsDuplicate(err) {
+		return fmt.Errorf("merchant_refund_no %q: %w by another request", r.MerchantRefundNo, ErrRefundExists)
+	}
 	if err != nil {
 		return fmt.Errorf("insert refund for %s: %w", r.OrderNo, err)
 	}
 	return nil
 }
 
+// deleteRefund removes a refund this transaction inserted and must not keep.
+func deleteRefund(ctx context.Context, tx *gorm.DB, refundNo string) error {
+	n, err := db.Exec(ctx, tx, `DELETE FROM refunds WHERE refund_no = ?`, refundNo)
+	if err != nil {
+		return fmt.Errorf("withdraw refund %s: %w", refundNo, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("withdraw refund %s: %d rows deleted, want 1", refundNo, n)
+	}
+	return nil
+}
+
 // lockRefund reads a refund with a locking read; found is false if unknown.
 func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, found bool, err error) {
-	var provider, txn sql.NullString
+	var (
+		provider, txn sql.NullString
+		mrn           []byte
+	)
 	err = db.QueryRow(ctx, tx,
-		`SELECT refund_no, order_no, merchant_id, amount, reason, status, provider, txn_id, created_at
+		`SELECT refund_no, order_no, merchant_id, merchant_refund_no, amount, reason, status, provider, txn_id, created_at
 		   FROM refunds WHERE refund_no = ? FOR UPDATE`, refundNo).
-		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
+		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &mrn, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Refund{}, false, nil
 	}
 	if err != nil {
 		return Refund{}, false, fmt.Errorf("read refund %q: %w", refundNo, err)
 	}
-	r.Provider, r.TxnID = provider.String, txn.String
+	r.MerchantRefundNo, r.Provider, r.TxnID = string(mrn), provider.String, txn.String
 	return r, true, nil
 }
 
