@@ -156,12 +156,12 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	default:
 		result = DuplicatePayment
 	}
-	if result != AmountMismatch {
-		// Money received for an order that cannot take it: keep it visible
-		// for a refund by hand.
-		s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
-			"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status))
-	}
+	// Money received that no order keeps, whatever the reason (a wrong
+	// amount took the customer's money as surely as a duplicate did): keep
+	// it visible for a refund by hand.
+	s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
+		"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status),
+		"amount", ev.Amount, "currency", ev.Currency)
 	return result, setPaymentResult(ctx, tx, provider, ev.TxnID, result)
 }
 
