@@ -963,6 +963,45 @@ func TestSignatureFailuresWriteNothing(t *testing.T) {
 	cbReconcileClean(t, d)
 }
 
+// TestRefundSettlementFromAnotherProvider: with two providers configured,
+// the one that did not take the payment cannot settle or release the
+// order's refund: its event is answered ignored, stored like any result,
+// and changes nothing; the payer's event then settles the refund.
+func TestRefundSettlementFromAnotherProvider(t *testing.T) {
+	t.Parallel()
+	const otherSecretText = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) { c.WebhookSecrets["other"] = []string{otherSecretText} })
+	otherSecret, err := webhooks.ParseSecret(otherSecretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, succeeded := range []bool{false, true} {
+		o := s.pay(t, s.createOrder(t, fmt.Sprintf("other-provider-%t", succeeded), 1000, "EUR"), fmt.Sprintf("txn-op-%t", succeeded))
+		refundNo := s.refundNo(t, o.OrderNo, fmt.Sprintf("op-refund-%t", succeeded), 300)
+		before := s.getOrder(t, o.OrderNo)
+		body := cbRefundSettled(succeeded, o, refundNo, fmt.Sprintf("re-op-%t", succeeded), 300).body()
+		for i, wantReplayed := range []bool{false, true} {
+			h := cbSign(otherSecret, fmt.Sprintf("msg_op_%t_%d", succeeded, i), s.now(), body)
+			a, err := s.do(context.Background(), http.MethodPost, "/v1/callbacks/other", h, body)
+			if err != nil || !a.is(http.StatusOK, "ignored") || a.Replayed != wantReplayed {
+				t.Errorf("refund event (succeeded=%t) from the other provider, delivery %d: %v %v, want 200 ignored, replayed=%t",
+					succeeded, i+1, a, err, wantReplayed)
+			}
+		}
+		if got := s.getOrder(t, o.OrderNo); !got.same(before) {
+			t.Errorf("after the other provider's event: %v, want %v unchanged", got, before)
+		}
+		if st := cbRefundStatus(t, d, refundNo); st != "PENDING" {
+			t.Errorf("refund %s is %s, want PENDING", refundNo, st)
+		}
+		if a := s.send(t, cbRefundSettled(succeeded, o, refundNo, fmt.Sprintf("re-op-payer-%t", succeeded), 300)); !a.is(http.StatusOK, "applied") {
+			t.Errorf("the payer's refund event (succeeded=%t): %v, want 200 applied", succeeded, a)
+		}
+	}
+	cbReconcileClean(t, d)
+}
+
 // TestSignatureVectors: the official Standard Webhooks test vectors pass
 // the real endpoint when the service's clock reads their timestamps. Their
 // payloads are not events, so the answer is 400 invalid_request — which

@@ -197,14 +197,27 @@ func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider strin
 }
 
 // refundSettled applies refund.succeeded or refund.failed. Applied: order
-// locking read, refund locking read, refund UPDATE, order UPDATE, and for a
-// success the ledger INSERT = 5 statements. The order is locked first, as
-// refund creation does.
+// locking read, the applied payment's provider, refund locking read, refund
+// UPDATE, order UPDATE, and for a success the ledger INSERT = 6 statements.
+// The order is locked first, as refund creation does.
 func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
 	if err != nil {
 		return "", err
+	}
+	// Only the provider that took the money can pay it back: any other
+	// configured provider could otherwise settle, or release, a refund it
+	// never made. No applied payment means no refund can exist yet either:
+	// the lookup below answers that.
+	payer, paid, err := appliedProvider(ctx, tx, o.OrderNo)
+	if err != nil {
+		return "", err
+	}
+	if paid && payer != provider {
+		s.log.WarnContext(ctx, "refund event from a provider that did not take the payment; ignored", "provider", provider,
+			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo, "paid_by", payer)
+		return Ignored, nil
 	}
 	var (
 		r     Refund

@@ -220,3 +220,78 @@ func TestUnkeptPaymentsAreLoggedAndCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundSettledOnlyByThePayer: a refund is settled or released only by
+// the provider whose payment the order kept. Another configured provider's
+// refund event is ignored, logged, and writes nothing; the payer's own
+// event still settles the refund afterwards.
+func TestRefundSettledOnlyByThePayer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		provider string
+		typ      EventType
+		want     Result
+		// The order and refund after the event.
+		pending, refunded int64
+		refundStatus      string
+	}{
+		{"refund.failed from another provider", "beta", RefundFailed, Ignored, 300, 0, RefundPending},
+		{"refund.succeeded from another provider", "beta", RefundSucceeded, Ignored, 300, 0, RefundPending},
+		{"refund.failed from the payer", "alpha", RefundFailed, Applied, 0, 0, RefundFailedStatus},
+		{"refund.succeeded from the payer", "alpha", RefundSucceeded, Applied, 0, 300, RefundSucceededStatus},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			o := f.createOrder("mo-1", 1000)
+			if r := f.callback("alpha", payment(PaymentSucceeded, o, "txn-pay", 1000, "EUR")); r != Applied {
+				t.Fatalf("payment: %s, want applied", r)
+			}
+			rf := f.refund(o, "mr-1", 300)
+			before := f.order(o.OrderNo)
+
+			ev := Event{Type: tc.typ, OrderNo: o.OrderNo, RefundNo: rf.RefundNo, TxnID: "re-1", Amount: 300, Currency: "EUR"}
+			if got := f.callback(tc.provider, ev); got != tc.want {
+				t.Errorf("%s from %s: %s, want %s", tc.typ, tc.provider, got, tc.want)
+			}
+			after := f.order(o.OrderNo)
+			if after.PendingRefundAmount != tc.pending || after.RefundedAmount != tc.refunded {
+				t.Errorf("order after the event: pending %d refunded %d, want %d and %d",
+					after.PendingRefundAmount, after.RefundedAmount, tc.pending, tc.refunded)
+			}
+			var status string
+			if err := f.d.Gorm.Raw(`SELECT status FROM refunds WHERE refund_no = ?`, rf.RefundNo).Row().Scan(&status); err != nil || status != tc.refundStatus {
+				t.Errorf("refund %s is %q (%v), want %s", rf.RefundNo, status, err, tc.refundStatus)
+			}
+			warns := f.log.warnings("refund event from a provider that did not take the payment; ignored")
+			if tc.want != Ignored {
+				if len(warns) != 0 {
+					t.Errorf("warnings %v, want none", warns)
+				}
+				if rep := f.reconcile(); !rep.Clean() {
+					t.Errorf("reconcile: %v", rep.Findings)
+				}
+				return
+			}
+			if len(warns) != 1 || warns[0]["provider"] != tc.provider || warns[0]["paid_by"] != "alpha" {
+				t.Errorf("warnings %v, want one naming %s and the payer alpha", warns, tc.provider)
+			}
+			if after.Version != before.Version {
+				t.Errorf("order version %d → %d: an ignored event wrote", before.Version, after.Version)
+			}
+			if n := f.d.Count(t, `SELECT COUNT(*) FROM ledger_entries WHERE kind = 'refund'`); n != 0 {
+				t.Errorf("%d refund ledger entries, want none", n)
+			}
+			// The payer's own event still settles the refund.
+			ev.TxnID = "re-2"
+			if got := f.callback("alpha", ev); got != Applied {
+				t.Errorf("%s from the payer afterwards: %s, want applied", tc.typ, got)
+			}
+			if rep := f.reconcile(); !rep.Clean() {
+				t.Errorf("reconcile: %v", rep.Findings)
+			}
+		})
+	}
+}

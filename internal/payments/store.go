@@ -75,6 +75,24 @@ func setPaymentResult(ctx context.Context, tx *gorm.DB, provider, txnID string, 
 	return nil
 }
 
+// appliedProvider returns the provider of the payment that paid orderNo;
+// found is false if none did. A plain read: the caller holds the order's
+// lock, and the applied payment commits with the order's move to PAID, so
+// it cannot change under that lock, and a locking read of the payment here
+// would take payment after order, against the payment paths' order.
+func appliedProvider(ctx context.Context, tx *gorm.DB, orderNo string) (provider string, found bool, err error) {
+	err = db.QueryRow(ctx, tx,
+		`SELECT provider FROM payments WHERE order_no = ? AND status = ? AND result = ? ORDER BY id LIMIT 1`,
+		orderNo, statusSucceeded, Applied).Scan(&provider)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the applied payment of %s: %w", orderNo, err)
+	}
+	return provider, true, nil
+}
+
 func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, orderNo string, amount int64, currency string, at time.Time) error {
 	_, err := db.Exec(ctx, tx,
 		`INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
