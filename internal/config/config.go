@@ -406,6 +406,10 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 	if !ok {
 		return
 	}
+	// A secret shared by two providers lets a delivery signed for one
+	// verify at the other's endpoint. Compared decoded: padding aside, two
+	// spellings of one key are one key.
+	owner := map[string]string{}
 	for i, entry := range strings.Split(v, ",") {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
@@ -430,9 +434,16 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 			if l.err != nil {
 				return
 			}
-			if problem := secretProblem(s); problem != "" {
+			raw, problem := parseSecret(s)
+			if problem != "" {
 				l.fail(envWebhookSecrets, "provider %q, secret %d: %s", provider, j+1, problem)
+				continue
 			}
+			if other, taken := owner[string(raw)]; taken && other != provider {
+				l.fail(envWebhookSecrets, "provider %q, secret %d is also a secret of provider %q: each provider needs its own", provider, j+1, other)
+				continue
+			}
+			owner[string(raw)] = provider
 		}
 		if l.err != nil {
 			return
@@ -441,13 +452,14 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 	}
 }
 
-// secretProblem checks a Standard Webhooks secret. Providers hand them out
-// with and without base64 padding, so both are accepted here and the raw
-// string is kept for the webhooks package to decode.
-func secretProblem(s string) string {
+// parseSecret checks a Standard Webhooks secret and returns its key bytes,
+// or what is wrong with it. Providers hand them out with and without base64
+// padding, so both are accepted here and the raw string is kept for the
+// webhooks package to decode.
+func parseSecret(s string) ([]byte, string) {
 	b64, ok := strings.CutPrefix(s, "whsec_")
 	if !ok {
-		return "does not start with whsec_"
+		return nil, "does not start with whsec_"
 	}
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
@@ -455,11 +467,11 @@ func secretProblem(s string) string {
 	}
 	switch {
 	case err != nil:
-		return "is not base64 after whsec_ (standard alphabet, padding optional)"
+		return nil, "is not base64 after whsec_ (standard alphabet, padding optional)"
 	case len(raw) == 0:
-		return "is empty after whsec_"
+		return nil, "is empty after whsec_"
 	}
-	return ""
+	return raw, ""
 }
 
 // LogValue is the configuration as it may be logged: every field, with API
