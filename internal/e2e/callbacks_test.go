@@ -113,6 +113,61 @@ func TestCallbackStorm(t *testing.T) {
 		rep.Orders, rep.Payments, rep.LedgerEntries, len(rep.Findings))
 }
 
+// TestRefundExistsRace: concurrent refunds that share a merchant_refund_no
+// under different keys, on one order and on two: exactly one is created,
+// every other is 409 refund_exists, and only its amount is reserved. The
+// unique key decides, inside each request's transaction.
+func TestRefundExistsRace(t *testing.T) {
+	t.Parallel()
+	const tries = 12
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, nil)
+	a := s.pay(t, s.createOrder(t, "exists-race-a", 1000, "EUR"), "txn-exists-race-a")
+	b := s.pay(t, s.createOrder(t, "exists-race-b", 1000, "EUR"), "txn-exists-race-b")
+	for _, tc := range []struct {
+		name   string
+		orders []cbOrder
+	}{
+		{"one order", []cbOrder{a}},
+		{"two orders", []cbOrder{a, b}},
+	} {
+		mrn := "exists-race " + tc.name
+		before := map[string]cbOrder{a.OrderNo: s.getOrder(t, a.OrderNo), b.OrderNo: s.getOrder(t, b.OrderNo)}
+		answers := make([]cbAnswer, tries)
+		errs := make([]error, tries)
+		cbBarrier(tries, func(i int) {
+			o := tc.orders[i%len(tc.orders)]
+			answers[i], _, errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds",
+				fmt.Sprintf("exists-race-%s-%02d", strings.ReplaceAll(tc.name, " ", "-"), i), cbRefundBody(100, mrn))
+		})
+		var created int
+		for i, ans := range answers {
+			switch {
+			case errs[i] != nil:
+				t.Errorf("%s: refund %d: %v", tc.name, i, errs[i])
+			case ans.Status == http.StatusCreated:
+				created++
+			case !ans.is(http.StatusConflict, "refund_exists"):
+				t.Errorf("%s: refund %d: %v, want 201 or 409 refund_exists", tc.name, i, ans)
+			}
+		}
+		if created != 1 {
+			t.Errorf("%s: %d refunds created, want exactly 1", tc.name, created)
+		}
+		var reserved int64
+		for no, o := range before {
+			reserved += s.getOrder(t, no).PendingRefundAmount - o.PendingRefundAmount
+		}
+		if reserved != 100 {
+			t.Errorf("%s: %d reserved, want 100", tc.name, reserved)
+		}
+		if n := d.Count(t, "SELECT COUNT(*) FROM refunds WHERE merchant_refund_no = ?", []byte(mrn)); n != 1 {
+			t.Errorf("%s: %d refund rows, want 1", tc.name, n)
+		}
+	}
+	cbReconcileClean(t, d)
+}
+
 // TestRefundRace: 20 concurrent refunds of 100 on a paid order of 1000 —
 // exactly 10 fit; then the 10 refund.succeeded arrive concurrently.
 func TestRefundRace(t *testing.T) {
