@@ -710,13 +710,14 @@ func TestTourMatchesSpec(t *testing.T) {
 	wantStatus("refund too early", e.callback(t, providerStripe, testSecret, "", refundEvent("refund.succeeded", order, "rfd_unknown", "re_tour_0", 100)), 409, "retry_later")
 
 	// Refunds.
-	refund := e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":500,"reason":"cold coffee"}`)
+	refund := e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":500,"merchant_refund_no":"R-1","reason":"cold coffee"}`)
 	wantStatus("refund", refund, 201, "")
-	wantStatus("refund replay", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":500,"reason":"cold coffee"}`), 201, "")
-	wantStatus("refund reused key", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":600}`), 422, "idempotency_key_reused")
-	wantStatus("refund too much", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r2", `{"amount":2000}`), 422, "refund_exceeds_amount")
-	wantStatus("refund unpaid", e.merchant(t, "POST", "/v1/orders/"+closing+"/refunds", "tour-r3", `{"amount":1}`), 409, "illegal_transition")
-	wantStatus("refund no amount", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r4", `{"reason":"x"}`), 400, "invalid_request")
+	wantStatus("refund replay", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":500,"merchant_refund_no":"R-1","reason":"cold coffee"}`), 201, "")
+	wantStatus("refund reused key", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r1", `{"amount":600,"merchant_refund_no":"R-1"}`), 422, "idempotency_key_reused")
+	wantStatus("refund exists", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r5", `{"amount":500,"merchant_refund_no":"R-1"}`), 409, "refund_exists")
+	wantStatus("refund too much", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r2", `{"amount":2000,"merchant_refund_no":"R-2"}`), 422, "refund_exceeds_amount")
+	wantStatus("refund unpaid", e.merchant(t, "POST", "/v1/orders/"+closing+"/refunds", "tour-r3", `{"amount":1,"merchant_refund_no":"R-3"}`), 409, "illegal_transition")
+	wantStatus("refund no amount", e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "tour-r4", `{"merchant_refund_no":"R-4","reason":"x"}`), 400, "invalid_request")
 	wantStatus("refund settled", e.callback(t, providerStripe, testSecret, "", refundEvent("refund.succeeded", order, refund.field("refund_no"), "re_tour_1", 500)), 200, "")
 	wantStatus("get refunded", e.merchant(t, "GET", "/v1/orders/"+order, "", ""), 200, "")
 

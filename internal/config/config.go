@@ -423,6 +423,10 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 		return
 	}
 	entryOf := map[string]int{} // provider -> entry number
+	// A secret shared by two providers lets a delivery signed for one
+	// verify at the other's endpoint. Compared decoded: padding aside, two
+	// spellings of one key are one key.
+	owner := map[[32]byte]int{} // decoded secret -> entry number
 	for i, entry := range strings.Split(v, ",") {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
@@ -449,9 +453,16 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 			if l.err != nil {
 				return
 			}
-			if problem := secretProblem(s); problem != "" {
+			sec, problem := secretProblem(s)
+			if problem != "" {
 				l.fail(envWebhookSecrets, "entry %d, secret %d: %s", n, j+1, problem)
+				continue
 			}
+			if other, taken := owner[sec.ID()]; taken && other != n {
+				l.fail(envWebhookSecrets, "entry %d, secret %d is also a secret of entry %d: each provider needs its own", n, j+1, other)
+				continue
+			}
+			owner[sec.ID()] = n
 		}
 		if l.err != nil {
 			return
@@ -461,24 +472,25 @@ func (l *loader) webhookSecrets(dst map[string][]string) {
 	}
 }
 
-// secretProblem says why s is not a webhook secret, or "" if it is. Whether
+// secretProblem returns the secret s spells, or says why s is not a
+// webhook secret. Whether
 // it is one is for webhooks.ParseSecret alone, the decoder the verifiers
 // use: with a decoder of its own, config passed secrets the verifier then
 // refused ("whsec_QUJ": non-zero trailing bits), and serve exited after a
 // clean config check. The raw string is kept, and decoded again there.
 // ParseSecret's error is not quoted: only which rule failed is said, so
 // no part of the secret can reach the message.
-func secretProblem(s string) string {
-	if _, err := webhooks.ParseSecret(s); err == nil {
-		return ""
-	}
+func secretProblem(s string) (webhooks.Secret, string) {
+	sec, err := webhooks.ParseSecret(s)
 	switch {
+	case err == nil:
+		return sec, ""
 	case !strings.HasPrefix(s, "whsec_"):
-		return "does not start with whsec_"
+		return sec, "does not start with whsec_"
 	case s == "whsec_":
-		return "is empty after whsec_"
+		return sec, "is empty after whsec_"
 	}
-	return "is not base64 after whsec_ (standard alphabet; padding optional, but exact if present)"
+	return sec, "is not base64 after whsec_ (standard alphabet; padding optional, but exact if present)"
 }
 
 // LogValue is the configuration as it may be logged: every field, with API

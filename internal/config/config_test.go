@@ -247,6 +247,12 @@ func TestLoadErrors(t *testing.T) {
 			envWebhookSecrets, "is not base64", []string{"MfKQ9r8G"}},
 		{"webhook secret short padding", map[string]string{envWebhookSecrets: "stripe=whsec_AQIDBAUGBwgJCgsMDQ4PEA="},
 			envWebhookSecrets, "is not base64", []string{"AQIDBAUG"}},
+		// A delivery signed for one provider would verify at the other's
+		// endpoint.
+		{"webhook secret shared by two providers", map[string]string{envWebhookSecrets: "a=" + secretSW + ",b=" + secretPad + " " + secretSW},
+			envWebhookSecrets, `entry 2, secret 2 is also a secret of entry 1`, []string{"MfKQ9r8G", "AQIDBAUG"}},
+		{"webhook secret shared, spelt with and without padding", map[string]string{envWebhookSecrets: "a=whsec_AQIDBAUGBwgJCgsMDQ4PEBE=,b=whsec_AQIDBAUGBwgJCgsMDQ4PEBE"},
+			envWebhookSecrets, `entry 2, secret 1 is also a secret of entry 1`, []string{"AQIDBAUG"}},
 		{"webhook bad second provider", map[string]string{envWebhookSecrets: "a=" + secretSW + ",b=" + secretPad + " whsec_%%%%"},
 			envWebhookSecrets, `entry 2, secret 2: is not base64`, []string{"MfKQ9r8G", "AQIDBAUG", "%%%%"}},
 

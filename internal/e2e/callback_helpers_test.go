@@ -468,11 +468,17 @@ func (s *cbService) pay(t testing.TB, o cbOrder, txn string) cbOrder {
 	return s.getOrder(t, o.OrderNo)
 }
 
-// refund asks for a refund and returns the answer.
+// cbRefundBody is a refund request; merchant_refund_no is required.
+func cbRefundBody(amount int64, merchantRefundNo string) []byte {
+	return fmt.Appendf(nil, `{"amount":%d,"merchant_refund_no":%q}`, amount, merchantRefundNo)
+}
+
+// refund asks for a refund and returns the answer. The key doubles as the
+// merchant_refund_no: one refund per key, as a merchant would send it.
 func (s *cbService) refund(t testing.TB, orderNo, key string, amount int64) cbAnswer {
 	t.Helper()
 	a, _, err := s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+orderNo+"/refunds", key,
-		fmt.Appendf(nil, `{"amount":%d}`, amount))
+		cbRefundBody(amount, key))
 	if err != nil {
 		t.Fatalf("refund %d on %s: %v", amount, orderNo, err)
 	}

@@ -117,6 +117,61 @@ func TestCallbackStorm(t *testing.T) {
 		rep.Orders, rep.Payments, rep.LedgerEntries, len(rep.Findings))
 }
 
+// TestRefundExistsRace: concurrent refunds that share a merchant_refund_no
+// under different keys, on one order and on two: exactly one is created,
+// every other is 409 refund_exists, and only its amount is reserved. The
+// unique key decides, inside each request's transaction.
+func TestRefundExistsRace(t *testing.T) {
+	t.Parallel()
+	const tries = 12
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, nil)
+	a := s.pay(t, s.createOrder(t, "exists-race-a", 1000, "EUR"), "txn-exists-race-a")
+	b := s.pay(t, s.createOrder(t, "exists-race-b", 1000, "EUR"), "txn-exists-race-b")
+	for _, tc := range []struct {
+		name   string
+		orders []cbOrder
+	}{
+		{"one order", []cbOrder{a}},
+		{"two orders", []cbOrder{a, b}},
+	} {
+		mrn := "exists-race " + tc.name
+		before := map[string]cbOrder{a.OrderNo: s.getOrder(t, a.OrderNo), b.OrderNo: s.getOrder(t, b.OrderNo)}
+		answers := make([]cbAnswer, tries)
+		errs := make([]error, tries)
+		cbBarrier(tries, func(i int) {
+			o := tc.orders[i%len(tc.orders)]
+			answers[i], _, errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds",
+				fmt.Sprintf("exists-race-%s-%02d", strings.ReplaceAll(tc.name, " ", "-"), i), cbRefundBody(100, mrn))
+		})
+		var created int
+		for i, ans := range answers {
+			switch {
+			case errs[i] != nil:
+				t.Errorf("%s: refund %d: %v", tc.name, i, errs[i])
+			case ans.Status == http.StatusCreated:
+				created++
+			case !ans.is(http.StatusConflict, "refund_exists"):
+				t.Errorf("%s: refund %d: %v, want 201 or 409 refund_exists", tc.name, i, ans)
+			}
+		}
+		if created != 1 {
+			t.Errorf("%s: %d refunds created, want exactly 1", tc.name, created)
+		}
+		var reserved int64
+		for no, o := range before {
+			reserved += s.getOrder(t, no).PendingRefundAmount - o.PendingRefundAmount
+		}
+		if reserved != 100 {
+			t.Errorf("%s: %d reserved, want 100", tc.name, reserved)
+		}
+		if n := d.Count(t, "SELECT COUNT(*) FROM refunds WHERE merchant_refund_no = ?", []byte(mrn)); n != 1 {
+			t.Errorf("%s: %d refund rows, want 1", tc.name, n)
+		}
+	}
+	cbReconcileClean(t, d)
+}
+
 // TestRefundRace: 20 concurrent refunds of 100 on a paid order of 1000 —
 // exactly 10 fit; then the 10 refund.succeeded arrive concurrently.
 func TestRefundRace(t *testing.T) {
@@ -136,7 +191,7 @@ func TestRefundRace(t *testing.T) {
 	errs := make([]error, refunds)
 	elapsed := cbBarrier(refunds, func(i int) {
 		answers[i], traces[i], errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost,
-			"/v1/orders/"+o.OrderNo+"/refunds", fmt.Sprintf("race-refund-%02d", i), fmt.Appendf(nil, `{"amount":%d}`, each))
+			"/v1/orders/"+o.OrderNo+"/refunds", fmt.Sprintf("race-refund-%02d", i), cbRefundBody(each, fmt.Sprintf("race-%02d", i)))
 	})
 	var tally cbTally
 	var refundNos []string
@@ -758,7 +813,7 @@ func TestRefundEndpoint(t *testing.T) {
 	path := "/v1/orders/" + paid.OrderNo + "/refunds"
 
 	t.Run("201 shape and replay", func(t *testing.T) {
-		body := []byte(`{"amount":250,"reason":"damaged"}`)
+		body := []byte(`{"amount":250,"merchant_refund_no":"RF-Shape 1/é","reason":"damaged"}`)
 		a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", body)
 		if err != nil || a.Status != http.StatusCreated || a.Replayed || a.ContentType != "application/json" {
 			t.Fatalf("refund: %v %v, want 201 application/json", a, err)
@@ -774,15 +829,16 @@ func TestRefundEndpoint(t *testing.T) {
 				}
 			}
 		})
-		if want := []string{"amount", "created_at", "order_no", "refund_no", "status"}; !slices.Equal(keys, want) {
+		if want := []string{"amount", "created_at", "merchant_refund_no", "order_no", "refund_no", "status"}; !slices.Equal(keys, want) {
 			t.Errorf("refund fields %v, want %v", keys, want)
 		}
 		var r struct {
-			RefundNo  string `json:"refund_no"`
-			OrderNo   string `json:"order_no"`
-			Amount    int64  `json:"amount"`
-			Status    string `json:"status"`
-			CreatedAt string `json:"created_at"`
+			RefundNo         string `json:"refund_no"`
+			OrderNo          string `json:"order_no"`
+			MerchantRefundNo string `json:"merchant_refund_no"`
+			Amount           int64  `json:"amount"`
+			Status           string `json:"status"`
+			CreatedAt        string `json:"created_at"`
 		}
 		if err := json.Unmarshal(a.Body, &r); err != nil {
 			t.Fatal(err)
@@ -790,8 +846,8 @@ func TestRefundEndpoint(t *testing.T) {
 		if !regexp.MustCompile(`^rfd_[0-9A-Z]{26}$`).MatchString(r.RefundNo) || len(r.RefundNo) > 32 {
 			t.Errorf("refund_no %q, want rfd_ and a ULID (at most 32 characters)", r.RefundNo)
 		}
-		if r.OrderNo != paid.OrderNo || r.Amount != 250 || r.Status != "PENDING" {
-			t.Errorf("refund %+v, want order %s amount 250 PENDING", r, paid.OrderNo)
+		if r.OrderNo != paid.OrderNo || r.Amount != 250 || r.Status != "PENDING" || r.MerchantRefundNo != "RF-Shape 1/é" {
+			t.Errorf("refund %+v, want order %s amount 250 PENDING, merchant_refund_no verbatim", r, paid.OrderNo)
 		}
 		ts, err := time.Parse(time.RFC3339Nano, r.CreatedAt)
 		if err != nil || !strings.HasSuffix(r.CreatedAt, "Z") || time.Since(ts).Abs() > time.Minute {
@@ -802,12 +858,12 @@ func TestRefundEndpoint(t *testing.T) {
 		}
 
 		// Replay: same bytes, Idempotent-Replayed, nothing reserved twice.
-		b, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{ "reason" : "damaged", "amount" : 250 }`))
+		b, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{ "reason" : "damaged", "merchant_refund_no" : "RF-Shape 1/é", "amount" : 250 }`))
 		if err != nil || b.Status != http.StatusCreated || !b.Replayed || string(b.Body) != string(a.Body) {
 			t.Errorf("replay: %v %v, want the first answer replayed", b, err)
 		}
 		// The key with another body: 422 idempotency_key_reused.
-		c, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{"amount":251,"reason":"damaged"}`))
+		c, _, err := s.merchantUntilFinal(ctx, http.MethodPost, path, "rf-shape", []byte(`{"amount":251,"merchant_refund_no":"RF-Shape 1/é","reason":"damaged"}`))
 		if err != nil || !c.is(422, "idempotency_key_reused") {
 			t.Errorf("same key, other amount: %v %v, want 422 idempotency_key_reused", c, err)
 		}
@@ -836,16 +892,28 @@ func TestRefundEndpoint(t *testing.T) {
 		detail  string
 		stored  bool // executed, so stored and replayed
 	}{
-		{"409 illegal_transition on a CREATED order", cbAPIKey, created.OrderNo, `{"amount":100}`, 409, "illegal_transition", "CREATED", true},
-		{"409 illegal_transition on a CLOSED order", cbAPIKey, closed.OrderNo, `{"amount":100}`, 409, "illegal_transition", "CLOSED", true},
-		{"422 refund_exceeds_amount", cbAPIKey, other.OrderNo, `{"amount":1001}`, 422, "refund_exceeds_amount", "1000 refundable", true},
-		{"404 order_not_found for another merchant's order", otherKey, other.OrderNo, `{"amount":100}`, 404, "order_not_found", "", true},
-		{"404 order_not_found for an unknown order", cbAPIKey, "ord_01J00000000000000000000000", `{"amount":100}`, 404, "order_not_found", "", true},
-		{"404 order_not_found for a non-ASCII order_no", cbAPIKey, "%C3%A9t%C3%A9", `{"amount":100}`, 404, "order_not_found", "", true},
-		{"400 invalid_request for amount 0", cbAPIKey, other.OrderNo, `{"amount":0}`, 400, "invalid_request", "amount", false},
-		{"400 invalid_request for a fractional amount", cbAPIKey, other.OrderNo, `{"amount":1.5}`, 400, "invalid_request", "amount", false},
-		{"400 invalid_request for an unknown field", cbAPIKey, other.OrderNo, `{"amount":100,"currency":"EUR"}`, 400, "invalid_request", "currency", false},
-		{"400 invalid_request for a missing amount", cbAPIKey, other.OrderNo, `{"reason":"x"}`, 400, "invalid_request", "amount", false},
+		{"409 illegal_transition on a CREATED order", cbAPIKey, created.OrderNo, `{"amount":100,"merchant_refund_no":"c1"}`, 409, "illegal_transition", "CREATED", true},
+		{"409 illegal_transition on a CLOSED order", cbAPIKey, closed.OrderNo, `{"amount":100,"merchant_refund_no":"c2"}`, 409, "illegal_transition", "CLOSED", true},
+		{"422 refund_exceeds_amount", cbAPIKey, other.OrderNo, `{"amount":1001,"merchant_refund_no":"c3"}`, 422, "refund_exceeds_amount", "1000 refundable", true},
+		// The unique key decides, whatever order it is asked on: the
+		// permanent backstop of a refund made once.
+		{"409 refund_exists: merchant_refund_no of a refund on this order", cbAPIKey, paid.OrderNo, `{"amount":100,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "RF-Shape 1/é", true},
+		{"409 refund_exists: merchant_refund_no of a refund on another order", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "RF-Shape 1/é", true},
+		// Checked before refundability: a merchant repeating its refund
+		// learns that it exists, not that nothing is left.
+		{"409 refund_exists before refund_exceeds_amount", cbAPIKey, paid.OrderNo, `{"amount":1000,"merchant_refund_no":"RF-Shape 1/é"}`, 409, "refund_exists", "", true},
+		{"404 order_not_found for another merchant's order", otherKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"c4"}`, 404, "order_not_found", "", true},
+		{"404 order_not_found for an unknown order", cbAPIKey, "ord_01J00000000000000000000000", `{"amount":100,"merchant_refund_no":"c5"}`, 404, "order_not_found", "", true},
+		{"404 order_not_found for a non-ASCII order_no", cbAPIKey, "%C3%A9t%C3%A9", `{"amount":100,"merchant_refund_no":"c6"}`, 404, "order_not_found", "", true},
+		{"400 invalid_request for amount 0", cbAPIKey, other.OrderNo, `{"amount":0,"merchant_refund_no":"c7"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for a fractional amount", cbAPIKey, other.OrderNo, `{"amount":1.5,"merchant_refund_no":"c8"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for an unknown field", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"c9","currency":"EUR"}`, 400, "invalid_request", "currency", false},
+		{"400 invalid_request for a missing amount", cbAPIKey, other.OrderNo, `{"merchant_refund_no":"c10","reason":"x"}`, 400, "invalid_request", "amount", false},
+		{"400 invalid_request for a missing merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for an empty merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":""}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a merchant_refund_no of 65 characters", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"` + strings.Repeat("é", 65) + `"}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a control character in merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":"a\u0007b"}`, 400, "invalid_request", "merchant_refund_no", false},
+		{"400 invalid_request for a numeric merchant_refund_no", cbAPIKey, other.OrderNo, `{"amount":100,"merchant_refund_no":7}`, 400, "invalid_request", "merchant_refund_no", false},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -873,7 +941,11 @@ func TestRefundEndpoint(t *testing.T) {
 			}
 		})
 	}
-	// Nothing moved on the refused orders.
+	// Nothing moved on the refused orders, nor on the paid one after its
+	// refund: a refusal is committed with its key, and must commit nothing else.
+	if got := s.getOrder(t, paid.OrderNo); got.PendingRefundAmount != 250 || got.Version != 3 {
+		t.Errorf("order %v changed by refused refunds, want pending 250 v3", got)
+	}
 	for _, o := range []cbOrder{created, other} {
 		if got := s.getOrder(t, o.OrderNo); got.PendingRefundAmount != 0 || got.RefundedAmount != 0 || got.Version != o.Version {
 			t.Errorf("order %v changed by refused refunds", got)
@@ -951,6 +1023,45 @@ func TestSignatureFailuresWriteNothing(t *testing.T) {
 	// The same body, signed correctly, was a valid event all along.
 	if a := s.send(t, cbPaid(o, "txn-sig-1")); !a.is(200, "applied") || a.Replayed {
 		t.Errorf("correctly signed: %v, want 200 applied", a)
+	}
+	cbReconcileClean(t, d)
+}
+
+// TestRefundSettlementFromAnotherProvider: with two providers configured,
+// the one that did not take the payment cannot settle or release the
+// order's refund: its event is answered ignored, stored like any result,
+// and changes nothing; the payer's event then settles the refund.
+func TestRefundSettlementFromAnotherProvider(t *testing.T) {
+	t.Parallel()
+	const otherSecretText = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) { c.WebhookSecrets["other"] = []string{otherSecretText} })
+	otherSecret, err := webhooks.ParseSecret(otherSecretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, succeeded := range []bool{false, true} {
+		o := s.pay(t, s.createOrder(t, fmt.Sprintf("other-provider-%t", succeeded), 1000, "EUR"), fmt.Sprintf("txn-op-%t", succeeded))
+		refundNo := s.refundNo(t, o.OrderNo, fmt.Sprintf("op-refund-%t", succeeded), 300)
+		before := s.getOrder(t, o.OrderNo)
+		body := cbRefundSettled(succeeded, o, refundNo, fmt.Sprintf("re-op-%t", succeeded), 300).body()
+		for i, wantReplayed := range []bool{false, true} {
+			h := cbSign(otherSecret, fmt.Sprintf("msg_op_%t_%d", succeeded, i), s.now(), body)
+			a, err := s.do(context.Background(), http.MethodPost, "/v1/callbacks/other", h, body)
+			if err != nil || !a.is(http.StatusOK, "ignored") || a.Replayed != wantReplayed {
+				t.Errorf("refund event (succeeded=%t) from the other provider, delivery %d: %v %v, want 200 ignored, replayed=%t",
+					succeeded, i+1, a, err, wantReplayed)
+			}
+		}
+		if got := s.getOrder(t, o.OrderNo); !got.same(before) {
+			t.Errorf("after the other provider's event: %v, want %v unchanged", got, before)
+		}
+		if st := cbRefundStatus(t, d, refundNo); st != "PENDING" {
+			t.Errorf("refund %s is %s, want PENDING", refundNo, st)
+		}
+		if a := s.send(t, cbRefundSettled(succeeded, o, refundNo, fmt.Sprintf("re-op-payer-%t", succeeded), 300)); !a.is(http.StatusOK, "applied") {
+			t.Errorf("the payer's refund event (succeeded=%t): %v, want 200 applied", succeeded, a)
+		}
 	}
 	cbReconcileClean(t, d)
 }
@@ -1783,7 +1894,7 @@ func (r *ilRun) order(o cbOrder, plan []ilStep) *ilModel {
 			})...)
 			r.record(what, "m:"+st.key, finals, true, m.cancel())
 		case ilRefund:
-			body := fmt.Appendf(nil, `{"amount":%d}`, st.amount)
+			body := cbRefundBody(st.amount, st.key)
 			finals := r.send(cbCopies(st.copies, func(ctx context.Context) (cbAnswer, error) {
 				return s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds", st.key, body)
 			})...)
@@ -1901,7 +2012,7 @@ func (r *ilRun) orderRace(o cbOrder, plan []ilStep) ilRaceOutcome {
 			case ilRefund:
 				sl := slots[st.slot]
 				defer close(sl.answered)
-				body := fmt.Appendf(nil, `{"amount":%d}`, st.amount)
+				body := cbRefundBody(st.amount, st.key)
 				finals := r.send(cbCopies(st.copies, func(ctx context.Context) (cbAnswer, error) {
 					return s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds", st.key, body)
 				})...)

@@ -70,9 +70,10 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"payment callback, replay", 2, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},
-		// claim, BEGIN, guarded order UPDATE, refund INSERT, fence, COMMIT
-		{"refund, first", 6, func() {
-			must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders/"+orderNoOf(t, created)+"/refunds", "rt-r", []byte(`{"amount":100}`)))
+		// claim, BEGIN, order locking read, refund INSERT, guarded order
+		// UPDATE, fence, COMMIT
+		{"refund, first", 7, func() {
+			must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders/"+orderNoOf(t, created)+"/refunds", "rt-r", []byte(`{"amount":100,"merchant_refund_no":"rt-r"}`)))
 		}},
 	}
 	for _, tc := range cases {

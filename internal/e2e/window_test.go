@@ -78,3 +78,57 @@ func TestWindowHonouredOnRead(t *testing.T) {
 		t.Errorf("stored order %q, first answered %q", stored, created.orderNo())
 	}
 }
+
+// TestRefundWindowHonouredOnRead is TestWindowHonouredOnRead for refunds:
+// past the window the same key and body run again, and the unique
+// merchant_refund_no, the refunds' permanent backstop, answers 409
+// refund_exists instead of reserving the amount a second time.
+func TestRefundWindowHonouredOnRead(t *testing.T) {
+	t.Parallel()
+	const window = time.Hour
+	d := dbtest.New(t)
+	clock := newFakeClock()
+	s := cbNewService(t, d, app.Options{Now: clock.Now}, func(c *config.Config) { c.IdempotencyTTL = window })
+	o := s.pay(t, s.createOrder(t, "mo-refund-window", 1000, "EUR"), "txn-refund-window")
+	const key = "refund-window-1"
+	path := "/v1/orders/" + o.OrderNo + "/refunds"
+	body := cbRefundBody(300, "mr-window")
+
+	steps := []struct {
+		name     string
+		at       time.Duration // since the first request, on the injected clock
+		status   int
+		replayed bool
+		code     string
+	}{
+		{"first request", 0, http.StatusCreated, false, ""},
+		{"59m: inside the window", 59 * time.Minute, http.StatusCreated, true, ""},
+		{"61m: past the window, a new request", 61 * time.Minute, http.StatusConflict, false, "refund_exists"},
+		{"62m: the 409 replays", 62 * time.Minute, http.StatusConflict, true, "refund_exists"},
+	}
+	start := clock.Now()
+	var prev cbAnswer
+	for _, st := range steps {
+		clock.Advance(start.Add(st.at).Sub(clock.Now()))
+		a, err := s.merchant(context.Background(), http.MethodPost, path, key, body)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if a.Status != st.status || a.Replayed != st.replayed || a.Code != st.code {
+			t.Errorf("%s: %v, want %d replayed=%t code=%q", st.name, a, st.status, st.replayed, st.code)
+		}
+		if st.replayed && !bytes.Equal(a.Body, prev.Body) {
+			t.Errorf("%s: replayed %s, want the stored %s", st.name, a.Body, prev.Body)
+		}
+		prev = a
+		// The refusal is committed with its key: it must commit nothing
+		// else, no reservation and no refund row.
+		if got := s.getOrder(t, o.OrderNo); got.PendingRefundAmount != 300 || got.RefundedAmount != 0 || got.Version != o.Version+1 {
+			t.Errorf("%s: order %v, want pending 300 v%d", st.name, got, o.Version+1)
+		}
+		if n := d.Count(t, "SELECT COUNT(*) FROM refunds"); n != 1 {
+			t.Errorf("%s: %d refunds, want 1", st.name, n)
+		}
+	}
+	cbReconcileClean(t, d)
+}

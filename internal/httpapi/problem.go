@@ -49,6 +49,7 @@ var problemKinds = []problemKind{
 	{orders.ErrNotFound, http.StatusNotFound, "order_not_found", "Order not found"},
 	{orders.ErrExists, http.StatusConflict, "order_exists", "Order already exists"},
 	{orders.ErrIllegalTransition, http.StatusConflict, "illegal_transition", "Illegal state transition"},
+	{payments.ErrRefundExists, http.StatusConflict, "refund_exists", "Refund already exists"},
 	{orders.ErrRefundExceedsAmount, http.StatusUnprocessableEntity, "refund_exceeds_amount", "Refund exceeds the refundable amount"},
 	{payments.ErrRetryLater, http.StatusConflict, "retry_later", "Event arrived before what it depends on; retry later"},
 	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},

@@ -7,23 +7,29 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
-// MaxRefundReason is the longest refund reason, in characters.
-const MaxRefundReason = 255
+// Limits of the refund fields (CONTRACT §3).
+const (
+	MaxRefundReason     = 255
+	MaxMerchantRefundNo = 64
+)
 
 // refundJSON is the wire form of a refund.
 type refundJSON struct {
-	RefundNo  string `json:"refund_no"`
-	OrderNo   string `json:"order_no"`
-	Amount    int64  `json:"amount"`
-	Status    string `json:"status"`
-	CreatedAt string `json:"created_at"`
+	RefundNo         string `json:"refund_no"`
+	OrderNo          string `json:"order_no"`
+	MerchantRefundNo string `json:"merchant_refund_no"`
+	Amount           int64  `json:"amount"`
+	Status           string `json:"status"`
+	CreatedAt        string `json:"created_at"`
 }
 
-// POST /v1/orders/{order_no}/refunds. First request: claim, BEGIN, guarded
-// order UPDATE, refund INSERT, fence, COMMIT = 6 round trips.
+// POST /v1/orders/{order_no}/refunds. First request: claim, BEGIN, order
+// locking read, refund INSERT, guarded order UPDATE, fence, COMMIT = 7
+// round trips.
 func (s *server) createRefund(c *gin.Context) {
 	merchant := merchantOf(c)
 	req, obj, ok := s.merchantRequest(c, false)
@@ -31,21 +37,24 @@ func (s *server) createRefund(c *gin.Context) {
 		return
 	}
 	f := validate.New(obj, "")
-	f.Only("amount", "reason")
-	amount := f.Amount("amount")
-	reason := f.Text("reason", false, MaxRefundReason)
+	f.Only("amount", "merchant_refund_no", "reason")
+	in := payments.RefundInput{
+		Amount:           f.Amount("amount"),
+		MerchantRefundNo: f.Text("merchant_refund_no", true, MaxMerchantRefundNo),
+		Reason:           f.Text("reason", false, MaxRefundReason),
+	}
 	if err := f.Err(); err != nil {
 		s.fail(c, err)
 		return
 	}
 	orderNo := c.Param("order_no")
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
-		r, err := s.payments.CreateRefund(ctx, tx, merchant, orderNo, amount, reason)
+		r, err := s.payments.CreateRefund(ctx, tx, merchant, orderNo, in)
 		return businessResponse(idempotency.Response{
 			Status:      201,
 			ContentType: contentTypeJSON,
-			Body: marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, Amount: r.Amount,
-				Status: r.Status, CreatedAt: formatTime(r.CreatedAt)}),
+			Body: marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, MerchantRefundNo: r.MerchantRefundNo,
+				Amount: r.Amount, Status: r.Status, CreatedAt: formatTime(r.CreatedAt)}),
 		}, err)
 	})
 }

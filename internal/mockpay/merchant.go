@@ -194,9 +194,12 @@ func (m *merchant) cancel(ctx context.Context, key, orderNo string) (apiAnswer, 
 	return m.call(ctx, http.MethodPost, "/v1/orders/"+orderNo+"/cancel", key, map[string]any{})
 }
 
+// refund asks for a refund; the key doubles as merchant_refund_no, so that
+// a retry past the key's window is refused (409 refund_exists) rather than
+// refunding again.
 func (m *merchant) refund(ctx context.Context, key, orderNo string, amount int64) (apiAnswer, error) {
 	return m.call(ctx, http.MethodPost, "/v1/orders/"+orderNo+"/refunds", key, map[string]any{
-		"amount": amount, "reason": "mockpay scenario",
+		"amount": amount, "merchant_refund_no": key, "reason": "mockpay scenario",
 	})
 }
 

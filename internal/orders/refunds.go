@@ -32,6 +32,19 @@ func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 	return o, nil
 }
 
+// GetForMerchantUpdate is GetForUpdate restricted to a merchant's own
+// orders: another merchant's order is ErrNotFound.
+func GetForMerchantUpdate(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
+	if !ValidNo(orderNo) {
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+	}
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID))
+	if err != nil {
+		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+	}
+	return o, nil
+}
+
 // ReserveRefund moves amount into pending_refund_amount with one guarded
 // relative UPDATE: the WHERE re-checks, on the row as it is when the UPDATE
 // runs, that the order is refundable and that the amount still fits. Of any
@@ -53,9 +66,9 @@ func ReserveRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string,
 	if n == 1 {
 		return nil
 	}
-	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID))
+	o, err := GetForMerchantUpdate(ctx, tx, merchantID, orderNo)
 	if err != nil {
-		return fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
+		return err
 	}
 	if o.Status != Paid && o.Status != PartiallyRefunded {
 		return fmt.Errorf("refund order %s in state %s: %w", orderNo, o.Status, ErrIllegalTransition)

@@ -86,6 +86,9 @@ var (
 	// providers send many types a service never needs, and disable an
 	// endpoint that keeps refusing them (CONTRACT §5 v2).
 	ErrUnhandledType = errors.New("event type not handled")
+	// ErrRefundExists: the merchant already used this merchant_refund_no,
+	// under another Idempotency-Key or after the key's window (409).
+	ErrRefundExists = errors.New("merchant_refund_no already used")
 )
 
 // Payment statuses: what the provider said about the transaction.
@@ -103,15 +106,16 @@ const (
 
 // Refund is a merchant's refund request.
 type Refund struct {
-	RefundNo   string
-	OrderNo    string
-	MerchantID string
-	Amount     int64
-	Reason     string
-	Status     string
-	Provider   string
-	TxnID      string
-	CreatedAt  time.Time
+	RefundNo         string
+	OrderNo          string
+	MerchantID       string
+	MerchantRefundNo string
+	Amount           int64
+	Reason           string
+	Status           string
+	Provider         string
+	TxnID            string
+	CreatedAt        time.Time
 }
 
 // Ledger entry kinds.

@@ -43,24 +43,47 @@ func NewService(now func() time.Time, refundNo func() string, log *slog.Logger) 
 
 func (s *Service) at() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
-// CreateRefund reserves amount on a merchant's paid order and records a
-// PENDING refund. 2 statements: the guarded relative UPDATE of the order
-// and the refund INSERT.
-func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, amount int64, reason string) (Refund, error) {
+// RefundInput is a validated refund request.
+type RefundInput struct {
+	MerchantRefundNo string
+	Amount           int64
+	Reason           string
+}
+
+// CreateRefund records a PENDING refund on a merchant's paid order and
+// reserves its amount. A refusal is an answer the engine stores and
+// COMMITS with the key, so it must leave nothing behind: the refund row is
+// written before the reservation (a merchant_refund_no already used fails
+// with nothing written) and withdrawn if the reservation is refused.
+// merchant_refund_no is checked before refundability: a merchant repeating
+// a refund it made learns that it exists, not that nothing is left to
+// refund. The order is locked first, as on every path that settles its
+// refunds. 3 statements: the order's locking read, the refund INSERT and
+// the guarded relative UPDATE of the order.
+func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, in RefundInput) (Refund, error) {
 	at := s.at()
-	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, amount, at); err != nil {
+	if _, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo); err != nil {
 		return Refund{}, err
 	}
 	r := Refund{
-		RefundNo:   s.refundNo(),
-		OrderNo:    orderNo,
-		MerchantID: merchantID,
-		Amount:     amount,
-		Reason:     reason,
-		Status:     RefundPending,
-		CreatedAt:  at,
+		RefundNo:         s.refundNo(),
+		OrderNo:          orderNo,
+		MerchantID:       merchantID,
+		MerchantRefundNo: in.MerchantRefundNo,
+		Amount:           in.Amount,
+		Reason:           in.Reason,
+		Status:           RefundPending,
+		CreatedAt:        at,
 	}
 	if err := insertRefund(ctx, tx, r); err != nil {
+		return Refund{}, err
+	}
+	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, in.Amount, at); err != nil {
+		if derr := deleteRefund(ctx, tx, r.RefundNo); derr != nil {
+			// Not the business error (%v): a stored refusal would commit
+			// the row; this must roll back instead.
+			return Refund{}, fmt.Errorf("refund refused (%v), withdrawing its row: %w", err, derr)
+		}
 		return Refund{}, err
 	}
 	return r, nil
@@ -134,12 +157,12 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	default:
 		result = DuplicatePayment
 	}
-	if result != AmountMismatch {
-		// Money received for an order that cannot take it: keep it visible
-		// for a refund by hand.
-		s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
-			"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status))
-	}
+	// Money received that no order keeps, whatever the reason (a wrong
+	// amount took the customer's money as surely as a duplicate did): keep
+	// it visible for a refund by hand.
+	s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
+		"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status),
+		"amount", ev.Amount, "currency", ev.Currency)
 	return result, setPaymentResult(ctx, tx, provider, ev.TxnID, result)
 }
 
@@ -175,14 +198,27 @@ func (s *Service) paymentFailed(ctx context.Context, tx *gorm.DB, provider strin
 }
 
 // refundSettled applies refund.succeeded or refund.failed. Applied: order
-// locking read, refund locking read, refund UPDATE, order UPDATE, and for a
-// success the ledger INSERT = 5 statements. Locks follow the package's lock
-// order: the order, then the refund.
+// locking read, the applied payment's provider, refund locking read, refund
+// UPDATE, order UPDATE, and for a success the ledger INSERT = 6 statements.
+// Locks follow the package's lock order: the order, then the refund.
 func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
 	at := s.at()
 	o, err := orders.GetForUpdate(ctx, tx, ev.OrderNo)
 	if err != nil {
 		return "", err
+	}
+	// Only the provider that took the money can pay it back: any other
+	// configured provider could otherwise settle, or release, a refund it
+	// never made. No applied payment means no refund can exist yet either:
+	// the lookup below answers that.
+	payer, paid, err := appliedProvider(ctx, tx, o.OrderNo)
+	if err != nil {
+		return "", err
+	}
+	if paid && payer != provider {
+		s.log.WarnContext(ctx, "refund event from a provider that did not take the payment; ignored", "provider", provider,
+			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo, "paid_by", payer)
+		return Ignored, nil
 	}
 	var (
 		r     Refund

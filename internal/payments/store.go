@@ -76,6 +76,24 @@ func setPaymentResult(ctx context.Context, tx *gorm.DB, provider, txnID string, 
 	return nil
 }
 
+// appliedProvider returns the provider of the payment that paid orderNo;
+// found is false if none did. A plain read: the caller holds the order's
+// lock, and the applied payment commits with the order's move to PAID, so
+// it cannot change under that lock, and a locking read of the payment here
+// would take payment after order, against the payment paths' order.
+func appliedProvider(ctx context.Context, tx *gorm.DB, orderNo string) (provider string, found bool, err error) {
+	err = db.QueryRow(ctx, tx,
+		`SELECT provider FROM payments WHERE order_no = ? AND status = ? AND result = ? ORDER BY id LIMIT 1`,
+		orderNo, statusSucceeded, Applied).Scan(&provider)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the applied payment of %s: %w", orderNo, err)
+	}
+	return provider, true, nil
+}
+
 func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, orderNo string, amount int64, currency string, at time.Time) error {
 	_, err := db.Exec(ctx, tx,
 		`INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
@@ -88,31 +106,52 @@ func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, order
 	return nil
 }
 
+// insertRefund stores a new refund; ErrRefundExists if the merchant already
+// used its merchant_refund_no (the unique key decides, not a prior SELECT).
+// merchant_refund_no goes as []byte: the column is VARBINARY.
 func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
 	_, err := db.Exec(ctx, tx,
-		`INSERT INTO refunds (refund_no, order_no, merchant_id, amount, reason, status, created_at, updated_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.RefundNo, r.OrderNo, r.MerchantID, r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
+		`INSERT INTO refunds (refund_no, order_no, merchant_id, merchant_refund_no, amount, reason, status, created_at, updated_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.RefundNo, r.OrderNo, r.MerchantID, []byte(r.MerchantRefundNo), r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
+	if db.IsDuplicate(err) {
+		return fmt.Errorf("merchant_refund_no %q: %w by another request", r.MerchantRefundNo, ErrRefundExists)
+	}
 	if err != nil {
 		return fmt.Errorf("insert refund for %s: %w", r.OrderNo, err)
 	}
 	return nil
 }
 
+// deleteRefund removes a refund this transaction inserted and must not keep.
+func deleteRefund(ctx context.Context, tx *gorm.DB, refundNo string) error {
+	n, err := db.Exec(ctx, tx, `DELETE FROM refunds WHERE refund_no = ?`, refundNo)
+	if err != nil {
+		return fmt.Errorf("withdraw refund %s: %w", refundNo, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("withdraw refund %s: %d rows deleted, want 1", refundNo, n)
+	}
+	return nil
+}
+
 // lockRefund reads a refund with a locking read; found is false if unknown.
 func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, found bool, err error) {
-	var provider, txn sql.NullString
+	var (
+		provider, txn sql.NullString
+		mrn           []byte
+	)
 	err = db.QueryRow(ctx, tx,
-		`SELECT refund_no, order_no, merchant_id, amount, reason, status, provider, txn_id, created_at
+		`SELECT refund_no, order_no, merchant_id, merchant_refund_no, amount, reason, status, provider, txn_id, created_at
 		   FROM refunds WHERE refund_no = ? FOR UPDATE`, refundNo).
-		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
+		Scan(&r.RefundNo, &r.OrderNo, &r.MerchantID, &mrn, &r.Amount, &r.Reason, &r.Status, &provider, &txn, &r.CreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Refund{}, false, nil
 	}
 	if err != nil {
 		return Refund{}, false, fmt.Errorf("read refund %s: %w", validate.Quote(refundNo), err)
 	}
-	r.Provider, r.TxnID = provider.String, txn.String
+	r.MerchantRefundNo, r.Provider, r.TxnID = string(mrn), provider.String, txn.String
 	return r, true, nil
 }
 

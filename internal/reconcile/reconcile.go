@@ -25,10 +25,13 @@ func (f Finding) String() string { return f.Check + ": " + f.Detail }
 // Report is the outcome of a run.
 type Report struct {
 	Orders, Payments, Refunds, LedgerEntries int64
-	// ToRefund counts payments received but not applied (duplicate or late):
-	// money to pay back, not an inconsistency.
-	ToRefund int64
-	Findings []Finding
+	// ToRefund counts payments that took money no order keeps (duplicate,
+	// late or of the wrong amount): money to pay back, not an inconsistency,
+	// so the books stay clean (CONTRACT §6: no interleaving of duplicates
+	// makes a finding). Each one is listed in Unreturned.
+	ToRefund   int64
+	Unreturned []Finding
+	Findings   []Finding
 }
 
 // Clean reports whether no check found anything.
@@ -36,6 +39,9 @@ func (r Report) Clean() bool { return len(r.Findings) == 0 }
 
 // Print writes the findings and a summary line.
 func (r Report) Print(w io.Writer) {
+	for _, f := range r.Unreturned {
+		fmt.Fprintf(w, "TO REFUND %s\n", f.Detail)
+	}
 	for _, f := range r.Findings {
 		fmt.Fprintf(w, "FINDING %s\n", f)
 	}
@@ -51,6 +57,17 @@ const paidStates = `('PAID','PARTIALLY_REFUNDED','REFUNDED')`
 
 // appliedPayment matches the payment that paid order o.
 const appliedPayment = `p.order_no = o.order_no AND p.status = 'SUCCEEDED' AND p.result = 'applied'`
+
+// unreturnedResults are the results of a payment that took the customer's
+// money (status SUCCEEDED) and that no order keeps. A payment.failed took
+// nothing, whatever its result says.
+const unreturnedResults = `('duplicate_payment','late_payment','amount_mismatch')`
+
+// unreturned lists the payments to pay back, one text column per row.
+var unreturned = struct{ name, query string }{"payment to refund", `
+SELECT CONCAT(p.provider, '/', CAST(p.txn_id AS CHAR), ' on order ', p.order_no, ': ', p.amount, ' ', p.currency, ' (', p.result, ')')
+  FROM payments p WHERE p.status = 'SUCCEEDED' AND p.result IN ` + unreturnedResults + `
+ ORDER BY p.id`}
 
 // checks: name and a query whose rows (one text column) are the findings.
 var checks = []struct{ name, query string }{
@@ -127,7 +144,6 @@ func Run(ctx context.Context, gdb *gorm.DB) (Report, error) {
 		}{
 			{&rep.Orders, `SELECT COUNT(*) FROM orders`},
 			{&rep.Payments, `SELECT COUNT(*) FROM payments`},
-			{&rep.ToRefund, `SELECT COUNT(*) FROM payments WHERE status = 'SUCCEEDED' AND result IN ('duplicate_payment','late_payment')`},
 			{&rep.Refunds, `SELECT COUNT(*) FROM refunds`},
 			{&rep.LedgerEntries, `SELECT COUNT(*) FROM ledger_entries`},
 		}
@@ -136,26 +152,40 @@ func Run(ctx context.Context, gdb *gorm.DB) (Report, error) {
 				return fmt.Errorf("count: %w", err)
 			}
 		}
+		var err error
+		if rep.Unreturned, err = query(tx, unreturned.name, unreturned.query); err != nil {
+			return err
+		}
+		rep.ToRefund = int64(len(rep.Unreturned))
 		for _, c := range checks {
-			rows, err := tx.Raw(c.query).Rows()
+			found, err := query(tx, c.name, c.query)
 			if err != nil {
-				return fmt.Errorf("check %q: %w", c.name, err)
+				return err
 			}
-			for rows.Next() {
-				var detail string
-				if err := rows.Scan(&detail); err != nil {
-					rows.Close()
-					return fmt.Errorf("check %q: %w", c.name, err)
-				}
-				rep.Findings = append(rep.Findings, Finding{Check: c.name, Detail: strings.TrimSpace(detail)})
-			}
-			err = rows.Err()
-			rows.Close()
-			if err != nil {
-				return fmt.Errorf("check %q: %w", c.name, err)
-			}
+			rep.Findings = append(rep.Findings, found...)
 		}
 		return nil
 	}, &sql.TxOptions{ReadOnly: true})
 	return rep, err
+}
+
+// query runs one check: each row is a Finding of that check.
+func query(tx *gorm.DB, name, q string) ([]Finding, error) {
+	rows, err := tx.Raw(q).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("check %q: %w", name, err)
+	}
+	defer rows.Close()
+	var found []Finding
+	for rows.Next() {
+		var detail string
+		if err := rows.Scan(&detail); err != nil {
+			return nil, fmt.Errorf("check %q: %w", name, err)
+		}
+		found = append(found, Finding{Check: name, Detail: strings.TrimSpace(detail)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check %q: %w", name, err)
+	}
+	return found, nil
 }

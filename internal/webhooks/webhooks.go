@@ -79,6 +79,10 @@ func invalid(format string, args ...any) error {
 // struct printing, and so that a Secret can only come from ParseSecret.
 type Secret struct{ key []byte }
 
+// ID identifies the key without revealing it (SHA-256 of its bytes): two
+// spellings of one key, with and without padding, have the same ID.
+func (s Secret) ID() [32]byte { return sha256.Sum256(s.key) }
+
 // ParseSecret reads "whsec_<base64>" (standard alphabet). Padding may be
 // present or absent, because providers print both forms; if present it must
 // be correct. The prefix is required so that a value pasted into the wrong
