@@ -44,7 +44,7 @@ func _() {
 	var _ int = int(p.Status)
 	p.Code = CreateOrderConflictProblemCodeOrderExists
 
-	var ev CallbackEvent
+	var ev HandledCallbackEvent
 	_ = ev.FromPaymentSucceededEvent(PaymentSucceededEvent{Data: PaymentEventData{Amount: 1_000_000_000_000}})
 	if d, err := ev.Discriminator(); err != nil || d != "payment.succeeded" {
 		panic(d)
@@ -52,6 +52,17 @@ func _() {
 	if v, err := ev.ValueByDiscriminator(); err == nil {
 		_ = v.(PaymentSucceededEvent)
 	}
+	var any CallbackEvent
+	_ = any.FromHandledCallbackEvent(ev)
+	_ = any.FromUnhandledCallbackEvent(UnhandledCallbackEvent{Type: "charge.dispute.created"})
+
+	var rp RefundConflictProblem
+	rp.Code = RefundConflictProblemCodeRefundExists
+	_ = CreateRefundRequest{Amount: 500, MerchantRefundNo: "A-1005-R1"}
+	_ = Refund{}.MerchantRefundNo
+	var res CallbackResult
+	_ = res.FromCallbackUnhandled(CallbackUnhandled{Result: Unhandled})
+	_, _ = res.AsCallbackOutcome()
 }
 `
 

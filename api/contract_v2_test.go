@@ -80,3 +80,55 @@ func TestDescriptionControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestCallbackUnhandled: CONTRACT §5 (v2). A signed event of a type the
+// adapter does not handle is a valid request, answered 200
+// {"result": "unhandled"} without order_no; a handled type with invalid
+// data is not an unhandled event.
+func TestCallbackUnhandled(t *testing.T) {
+	schemas := loadSpec(t).Components.Schemas
+	for _, c := range []struct {
+		schema string
+		value  map[string]any
+		ok     bool
+	}{
+		{"CallbackEvent", map[string]any{"type": "charge.dispute.created", "data": map[string]any{"id": "dp_1"}}, true},
+		{"CallbackEvent", map[string]any{"type": "payment.succeeded", "data": map[string]any{"order_no": "ord_1", "txn_id": "pi_1", "amount": 1, "currency": "EUR"}}, true},
+		{"CallbackEvent", map[string]any{"type": "payment.succeeded", "data": map[string]any{"order_no": "ord_1"}}, false},
+		{"CallbackEvent", map[string]any{"type": "refund.failed", "data": map[string]any{}}, false},
+		{"CallbackResult", map[string]any{"result": "unhandled"}, true},
+		{"CallbackResult", map[string]any{"result": "unhandled", "order_no": "ord_1"}, false},
+		{"CallbackResult", map[string]any{"result": "applied", "order_no": "ord_1"}, true},
+		{"CallbackResult", map[string]any{"result": "applied"}, false},
+	} {
+		err := schemas[c.schema].Value.VisitJSON(c.value)
+		if (err == nil) != c.ok {
+			t.Errorf("%s %v: schema says %v, want ok=%v", c.schema, c.value, err, c.ok)
+		}
+	}
+}
+
+// TestRefundMerchantNumber: CONTRACT §3 (v2). The refund request needs
+// merchant_refund_no (1 to 64 characters, no control characters) and the
+// refund document returns it.
+func TestRefundMerchantNumber(t *testing.T) {
+	schemas := loadSpec(t).Components.Schemas
+	req := schemas["CreateRefundRequest"].Value
+	for _, c := range []struct {
+		value map[string]any
+		ok    bool
+	}{
+		{map[string]any{"amount": 500, "merchant_refund_no": "A-1005-R1"}, true},
+		{map[string]any{"amount": 500, "merchant_refund_no": "A-1005-R1", "reason": "cold"}, true},
+		{map[string]any{"amount": 500}, false},
+		{map[string]any{"amount": 500, "merchant_refund_no": ""}, false},
+		{map[string]any{"amount": 500, "merchant_refund_no": "A\t1"}, false},
+	} {
+		if err := req.VisitJSON(c.value); (err == nil) != c.ok {
+			t.Errorf("CreateRefundRequest %v: schema says %v, want ok=%v", c.value, err, c.ok)
+		}
+	}
+	if !slices.Contains(schemas["Refund"].Value.Required, "merchant_refund_no") {
+		t.Error("Refund does not require merchant_refund_no")
+	}
+}

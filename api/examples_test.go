@@ -367,16 +367,18 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	e.callback(t, providerStripe, testSecret, "", `{"type":"payment.succeeded","data":{"order_no":"`+order+`","amount":1,"currency":"EUR"}}`)
 	e.callback(t, providerStripe, testSecret, "", refundEvent("refund.succeeded", order, "rfd_01M8N9ZZZZZZZZZZZZZZZZZZZZ", "re_ex_0", 100))
 	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", order, "pi_3QhL8vKZ2yQp0x1A", 1998, "EUR"))
+	e.callback(t, providerStripe, testSecret, "", `{"type":"charge.dispute.created","data":{"id":"dp_ex_1"}}`)
 	e.callbackInFlight(t, providerStripe, testSecret, paymentEvent("payment.succeeded", order, "pi_ex_9", 1999, "EUR"))
 
 	// Refunds: the request example itself.
 	refund := e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r1", reqExample("createRefund", "partial"))
 	expect("refund (request example partial)", refund, 201)
 	e.merchant(t, "GET", "/v1/orders/"+order, "", "")
-	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r1", `{"amount":600}`)
-	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r2", `{"amount":2500}`)
-	e.merchant(t, "POST", "/v1/orders/"+closing+"/refunds", "ex-r3", `{"amount":1}`)
-	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r4", `{"reason":"x"}`)
+	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r1", `{"amount":600,"merchant_refund_no":"A-1005-R1"}`)
+	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r2", `{"amount":2500,"merchant_refund_no":"E-R2"}`)
+	e.merchant(t, "POST", "/v1/orders/"+closing+"/refunds", "ex-r3", `{"amount":1,"merchant_refund_no":"E-R3"}`)
+	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r5", `{"amount":100,"merchant_refund_no":"A-1005-R1"}`)
+	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r4", `{"merchant_refund_no":"E-R4","reason":"x"}`)
 	settled := strings.NewReplacer("ord_01M8N9MZPS2DGGHZWQ3MSZSZF3", order, "rfd_01M8N9TNTTE3DS33AENF7VF22B", refund.field("refund_no")).
 		Replace(reqExample("receiveCallback", "refund_succeeded"))
 	expect("callback (request example refund_succeeded)", e.callback(t, providerStripe, testSecret, "", settled), 200)
