@@ -1208,8 +1208,8 @@ func TestReconcileFindsCorruption(t *testing.T) {
 			return []string{"ord_rec_ghost_payment"}
 		}},
 		{check: "refund for an unknown order", state: none, corrupt: func(t *testing.T, _ fixture) []string {
-			exec(t, `INSERT INTO refunds (refund_no, order_no, merchant_id, amount, status, created_at, updated_at)
-			         VALUES ('rfd_rec_ghost', 'ord_rec_ghost_refund', ?, 100, 'PENDING', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, merchant)
+			exec(t, `INSERT INTO refunds (refund_no, order_no, merchant_id, merchant_refund_no, amount, status, created_at, updated_at)
+			         VALUES ('rfd_rec_ghost', 'ord_rec_ghost_refund', ?, 'mr-ghost', 100, 'PENDING', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, merchant)
 			return []string{"rfd_rec_ghost"}
 		}},
 		{check: "refunds above the amount", state: pendingRefund, corrupt: func(t *testing.T, f fixture) []string {

@@ -50,7 +50,7 @@ func TestContractHostileOrderNoIsStoredAndReplayed(t *testing.T) {
 				path := "/v1/orders/" + ctHighBytes(n) + "/" + op
 				var body []byte
 				if op == "refunds" {
-					body = []byte(`{"amount":1}`)
+					body = []byte(`{"amount":1,"merchant_refund_no":"hostile"}`)
 				}
 				key := fmt.Sprintf("hostile-%s-%d", op, n)
 				first := e.do(t, http.MethodPost, path, body, ctKey(key))

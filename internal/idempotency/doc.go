@@ -60,8 +60,32 @@
 // # Round trips
 //
 // First request: INSERT claim (1) + BEGIN (1) + business statements +
-// fence UPDATE (1) + COMMIT (1). Replay: INSERT (1062) + SELECT = 2.
-// A 1213 deadlock re-runs the whole transaction, at most MaxAttempts times.
+// fence UPDATE (1) + COMMIT (1). Replay: INSERT (1062) + SELECT = 2. A
+// waiting duplicate (PAYSVC_IN_FLIGHT=wait) polls with one SELECT.
+//
+// # Overload, conflicts and outages (CONTRACT §9)
+//
+// Do works under a deadline (Options.Timeout, PAYSVC_REQUEST_TIMEOUT), and
+// everything it waits for — a pooled connection, a row lock, a retry's
+// backoff — waits under it. Each claim round takes one connection from the
+// pool and keeps it for the claim and, if the claim wins, for the business
+// transaction: a holder never queues for the pool again behind the
+// duplicates it is keeping in flight (it did, and database/sql hands a
+// freed connection to a random waiter: docs/BENCHMARKS.md, "Overload").
+// A conflict (1213 deadlock or Galera certification failure, 1205 lock
+// wait timeout) re-runs the whole transaction after a jittered, doubling
+// delay for as long as the deadline leaves room. Lock waits are bounded to
+// 1 s per statement (db.LockWaitTimeout), so a claim INSERT that waits on a
+// holder's fence is answered in flight within about a second.
+//
+// Whatever the database cannot do in time becomes an *UnavailableError
+// (503 with Retry-After). The claim is then released on a small reserve
+// pool (Options.Reserve), so that a saturated request pool cannot keep a
+// failed request's key in flight until its lease ends; the release and the
+// read-back of a COMMIT whose answer was lost (a locking read, which waits
+// for a COMMIT still running on the server) get a budget of their own of
+// about a second past the deadline. If the database is out of reach even
+// for that, the lease frees the key.
 //
 // # What a record costs
 //

@@ -36,11 +36,11 @@ func GetForUpdate(ctx context.Context, tx *gorm.DB, orderNo string) (Order, erro
 // orders: another merchant's order is ErrNotFound.
 func GetForMerchantUpdate(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, ErrNotFound)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
 	}
 	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ? AND merchant_id = ? FOR UPDATE`, orderNo, merchantID))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %q: %w", orderNo, err)
+		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
 	}
 	return o, nil
 }

@@ -115,7 +115,7 @@ func insertRefund(ctx context.Context, tx *gorm.DB, r Refund) error {
 		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.RefundNo, r.OrderNo, r.MerchantID, []byte(r.MerchantRefundNo), r.Amount, r.Reason, r.Status, r.CreatedAt, r.CreatedAt)
 	if db.IsDuplicate(err) {
-		return fmt.Errorf("merchant_refund_no %q: %w by another request", r.MerchantRefundNo, ErrRefundExists)
+		return fmt.Errorf("merchant_refund_no %s: %w by another request", validate.Quote(r.MerchantRefundNo), ErrRefundExists)
 	}
 	if err != nil {
 		return fmt.Errorf("insert refund for %s: %w", r.OrderNo, err)
