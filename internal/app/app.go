@@ -33,11 +33,12 @@ type App struct {
 	DB     *gorm.DB
 	// Reserve is a small pool apart from DB for clean-up after failures
 	// and for readiness (see idempotency.Options.Reserve).
-	Reserve *gorm.DB
-	Metrics *metrics.Metrics
-	Engine  *idempotency.Engine
-	Handler http.Handler
-	now     func() time.Time
+	Reserve  *gorm.DB
+	Metrics  *metrics.Metrics
+	Engine   *idempotency.Engine
+	Handler  http.Handler
+	now      func() time.Time
+	timeouts HTTPTimeouts
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -46,6 +47,9 @@ type Options struct {
 	Now func() time.Time
 	// BeforeCommit is passed to the idempotency engine (fault tests).
 	BeforeCommit func(ctx context.Context, req idempotency.Request) error
+	// HTTPTimeouts replaces Serve's HTTP server timeouts (slow-client
+	// tests); a zero field keeps its default.
+	HTTPTimeouts HTTPTimeouts
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -111,7 +115,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		RequestTimeout: cfg.RequestTimeout,
 		Reserve:        reserve,
 	})
-	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now}, nil
+	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
+		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout)}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -207,17 +212,61 @@ const (
 	IdleTimeout       = 60 * time.Second
 )
 
-// NewHTTPServer is the server Serve runs, with the timeouts above.
-func NewHTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
+// HTTPTimeouts are the HTTP server's timeouts. The service always runs
+// with DefaultHTTPTimeouts; tests of slow clients shorten them through
+// Options.HTTPTimeouts.
+type HTTPTimeouts struct {
+	ReadHeader time.Duration
+	Read       time.Duration
+	Write      time.Duration
+	Idle       time.Duration
+}
+
+// DefaultHTTPTimeouts are the timeouts above for a service whose requests
+// are worked on for at most requestTimeout (PAYSVC_REQUEST_TIMEOUT; <= 0
+// means its default).
+func DefaultHTTPTimeouts(requestTimeout time.Duration) HTTPTimeouts {
 	if requestTimeout <= 0 {
 		requestTimeout = config.Defaults().RequestTimeout
 	}
+	return HTTPTimeouts{
+		ReadHeader: ReadHeaderTimeout,
+		Read:       ReadTimeout,
+		Write:      requestTimeout + writeMargin,
+		Idle:       IdleTimeout,
+	}
+}
+
+// orDefaults fills the zero fields of t from DefaultHTTPTimeouts.
+func (t HTTPTimeouts) orDefaults(requestTimeout time.Duration) HTTPTimeouts {
+	d := DefaultHTTPTimeouts(requestTimeout)
+	if t.ReadHeader <= 0 {
+		t.ReadHeader = d.ReadHeader
+	}
+	if t.Read <= 0 {
+		t.Read = d.Read
+	}
+	if t.Write <= 0 {
+		t.Write = d.Write
+	}
+	if t.Idle <= 0 {
+		t.Idle = d.Idle
+	}
+	return t
+}
+
+// NewHTTPServer is the server Serve runs, with the default timeouts.
+func NewHTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
+	return newHTTPServer(h, DefaultHTTPTimeouts(requestTimeout))
+}
+
+func newHTTPServer(h http.Handler, t HTTPTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
-		WriteTimeout:      requestTimeout + writeMargin,
-		IdleTimeout:       IdleTimeout,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    64 << 10,
 	}
 }
@@ -225,7 +274,11 @@ func NewHTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
 // Serve answers HTTP on ln until ctx is done, then stops accepting and
 // drains in-flight requests for up to the shutdown timeout.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	srv := NewHTTPServer(a.Handler, a.Config.RequestTimeout)
+	timeouts := a.timeouts
+	if timeouts == (HTTPTimeouts{}) { // an App not built by Open
+		timeouts = DefaultHTTPTimeouts(a.Config.RequestTimeout)
+	}
+	srv := newHTTPServer(a.Handler, timeouts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	purgeDone := make(chan struct{})
