@@ -39,6 +39,7 @@ import (
 	"mime"
 	"net/http"
 	"net/textproto"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -337,6 +338,45 @@ func (v *Validator) Reporting(base http.RoundTripper, report func(req *http.Requ
 	return &transport{v: v, report: report, base: base}
 }
 
+// ReportingAsync is Reporting with the checks run in the background, off
+// the client's path: a client gets its response at once, and wait returns
+// when every exchange sent so far has been checked and reported. For
+// packages that report at the end of the run (a TestMain): the storms'
+// clients would otherwise wait for each other's checks, which take
+// milliseconds each, far more under the race detector, between every
+// request and their next retry.
+func (v *Validator) ReportingAsync(base http.RoundTripper, report func(req *http.Request, resp *http.Response, respBody []byte, err error)) (rt http.RoundTripper, wait func()) {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	a := &asyncChecks{v: v, report: report, slots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))}
+	return &transport{v: v, report: report, base: base, async: a}, a.wg.Wait
+}
+
+// asyncChecks runs the checks of a ReportingAsync transport, at most one
+// per CPU at a time.
+type asyncChecks struct {
+	v      *Validator
+	report func(req *http.Request, resp *http.Response, respBody []byte, err error)
+	slots  chan struct{}
+	wg     sync.WaitGroup
+}
+
+func (a *asyncChecks) check(req *http.Request, reqBody []byte, resp *http.Response, respBody []byte) {
+	// Copies: the caller goes on with the originals.
+	req = req.Clone(context.Background())
+	r := *resp
+	r.Header = resp.Header.Clone()
+	r.Body = http.NoBody
+	a.wg.Go(func() {
+		a.slots <- struct{}{}
+		defer func() { <-a.slots }()
+		for _, err := range a.v.Validate(req, reqBody, &r, respBody) {
+			a.report(req, &r, respBody, err)
+		}
+	})
+}
+
 // Client is an http.Client whose every exchange is checked.
 func (v *Validator) Client(t testing.TB) *http.Client {
 	return &http.Client{Transport: v.Transport(t, nil)}
@@ -346,6 +386,7 @@ type transport struct {
 	v      *Validator
 	report func(req *http.Request, resp *http.Response, respBody []byte, err error)
 	base   http.RoundTripper
+	async  *asyncChecks // nil: check before returning the response
 }
 
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -373,6 +414,10 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("apitest: read response body: %w", err)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(respBody))
+	if tr.async != nil {
+		tr.async.check(req, reqBody, resp, respBody)
+		return resp, nil
+	}
 	for _, err := range tr.v.Validate(req, reqBody, resp, respBody) {
 		tr.report(req, resp, respBody, err)
 	}
