@@ -26,6 +26,8 @@ func TestServerFailures(t *testing.T) {
 		release1040 = `{"time":"2026-12-01T00:00:00Z","level":"ERROR","msg":"` + releaseFailedMsg + `","scope":"m:acme","key":"k","err":"Error 1040: Too many connections"}`
 		releaseDead = `{"time":"2026-12-01T00:00:00Z","level":"ERROR","msg":"` + releaseFailedMsg + `","scope":"m:acme","key":"k","err":"invalid connection"}`
 		takenOver   = `{"time":"2026-12-01T00:00:00Z","level":"WARN","msg":"idempotency lease taken over","scope":"m:acme","key":"k"}`
+		unavail503  = `{"time":"2026-12-01T00:00:00Z","level":"WARN","msg":"` + unavailableMsg + `","request_id":"r6","route":"/v1/orders","err":"key \"k\": database unavailable: context deadline exceeded"}`
+		answer503   = `{"time":"2026-12-01T00:00:00Z","level":"INFO","msg":"http request","request_id":"r6","method":"POST","route":"/v1/orders","path":"/v1/orders","status":503,"duration_ms":10001.2,"merchant":"acme","replayed":false}`
 		purgeFailed = `{"time":"2026-12-01T00:00:00Z","level":"ERROR","msg":"purge failed","err":"Error 1205: Lock wait timeout exceeded","purged":0}`
 	)
 	tests := []struct {
@@ -41,6 +43,7 @@ func TestServerFailures(t *testing.T) {
 		{name: "5xx from 1040", lines: []string{failed1040, answer1040}, connLimit: 1},
 		{name: "5xx for another reason", lines: []string{failedOther, answerOther}, failures: 2},
 		{name: "5xx with no log line", lines: []string{silent503}, failures: 1},
+		{name: "503 the service explained (overload)", lines: []string{unavail503, answer503}},
 		{name: "release refused with 1040", lines: []string{release1040}, releases: 1, connLimit: 1},
 		{name: "release failed otherwise", lines: []string{releaseDead}, failures: 1, releases: 1},
 		{name: "other ERROR line", lines: []string{purgeFailed}, failures: 1},

@@ -447,7 +447,10 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		if errors.Is(err, errLeaseLost) {
 			return Result{}, err
 		}
-		if db.IsRetryable(err) && resp.Status == 0 {
+		// A conflict the server answered rolled the whole transaction back,
+		// even when it came at COMMIT (a Galera certification failure
+		// does): running it again cannot apply it twice.
+		if db.IsRetryable(err) {
 			pause := jitter(backoff)
 			backoff = min(2*backoff, maxBackoff)
 			if deadline, ok := txCtx.Deadline(); !ok || time.Until(deadline) > pause {
