@@ -20,6 +20,16 @@ const (
 	// Blackhole keeps connections open and forwards nothing: the network
 	// is partitioned, and a client learns it only from its own deadlines.
 	Blackhole
+	// Hold queues what clients send instead of forwarding it (what servers
+	// send still reaches the clients): a statement, a COMMIT say, is on
+	// its way but has not reached the server. A client side that closes
+	// while held leaves its server side open, with its transaction and its
+	// locks, as a server that has not noticed a dropped client keeps them.
+	// Set(Forward) sends the queued bytes, in order, to the server, and
+	// then ends the server sides whose clients have gone (the server reads
+	// the bytes first, then the end of the connection). Leaving Hold for
+	// Refuse or Blackhole drops the queued bytes.
+	Hold
 )
 
 // Proxy is a TCP proxy between code under test and the database server
@@ -32,6 +42,16 @@ type Proxy struct {
 	mu    sync.Mutex
 	mode  ProxyMode
 	conns map[net.Conn]bool
+	links map[*link]bool
+}
+
+// link is one proxied connection's client-to-server direction.
+type link struct {
+	client, server net.Conn
+
+	mu         sync.Mutex
+	queue      []byte // held client bytes, in order
+	clientGone bool   // the client side closed while held
 }
 
 // NewProxy starts a proxy to target (host:port, e.g. a DB's Config.Addr)
@@ -42,7 +62,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("dbtest: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]bool{}, links: map[*link]bool{}}
 	go p.accept()
 	t.Cleanup(p.close)
 	return p
@@ -64,19 +84,66 @@ func (p *Proxy) Config(d *DB) *mysql.Config {
 	return cfg
 }
 
-// Set switches the proxy's mode; Refuse and Blackhole apply to the
+// Set switches the proxy's mode; Refuse, Blackhole and Hold apply to the
 // connections already open as well. Leaving Blackhole closes the
 // connections that lived through it: bytes were lost on them, so their
-// protocol state is garbage, as after a real partition.
+// protocol state is garbage, as after a real partition. Leaving Hold: see
+// Hold.
 func (p *Proxy) Set(m ProxyMode) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if m == Refuse || p.mode == Blackhole && m != Blackhole {
 		for c := range p.conns {
 			_ = c.Close()
 		}
 	}
+	wasHold := p.mode == Hold
 	p.mode = m
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	if !wasHold || m == Hold {
+		return
+	}
+	for _, l := range links {
+		l.mu.Lock()
+		if m == Forward {
+			l.flushLocked()
+		} else {
+			l.queue = nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+// Held is the number of client bytes queued in Hold, over all connections.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, l := range links {
+		l.mu.Lock()
+		n += len(l.queue)
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// CutClients closes the client side of every open connection: each client
+// reads the end of its connection, as when the network drops it, and an
+// answer the server sends later is lost. In Hold the server sides stay
+// open (see Hold); otherwise they are closed too.
+func (p *Proxy) CutClients() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		_ = l.client.Close()
+	}
 }
 
 func (p *Proxy) current() ProxyMode {
@@ -97,6 +164,80 @@ func (p *Proxy) track(c net.Conn, open bool) bool {
 	}
 	p.conns[c] = true
 	return true
+}
+
+func (p *Proxy) trackLink(l *link, open bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if open {
+		p.links[l] = true
+	} else {
+		delete(p.links, l)
+	}
+}
+
+// send passes b from the client towards the server as the mode says. It
+// reports false if the server side failed.
+func (l *link) send(p *Proxy, b []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch p.current() {
+	case Hold:
+		l.queue = append(l.queue, b...)
+		return true
+	case Blackhole:
+		// Nothing crosses: the bytes are dropped and the connection stays
+		// open until the mode changes.
+		return true
+	}
+	if !l.flushLocked() {
+		return false
+	}
+	_, err := l.server.Write(b)
+	return err == nil
+}
+
+// hangUp records that the client side ended. It reports true if the
+// server side is to stay open: the proxy holds, or still has held bytes
+// to deliver first.
+func (l *link) hangUp(p *Proxy) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p.current() != Hold && len(l.queue) == 0 {
+		return false
+	}
+	l.clientGone = true
+	if p.current() != Hold {
+		l.flushLocked()
+	}
+	return true
+}
+
+// flushLocked writes the held bytes to the server and, once the client has
+// gone, ends the server side's sending direction: the server reads the
+// bytes, then the end of the connection, and closes it, which ends serve.
+func (l *link) flushLocked() bool {
+	if len(l.queue) > 0 {
+		q := l.queue
+		l.queue = nil
+		if _, err := l.server.Write(q); err != nil {
+			return false
+		}
+	}
+	if l.clientGone {
+		if tc, ok := l.server.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		} else {
+			_ = l.server.Close()
+		}
+	}
+	return true
+}
+
+func (l *link) gone() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.clientGone
 }
 
 func (p *Proxy) accept() {
@@ -126,16 +267,37 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.track(server, false)
 	defer server.Close()
+	l := &link{client: client, server: server}
+	p.trackLink(l, true)
+	defer p.trackLink(l, false)
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	go func() { // client → server
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 && !l.send(p, buf[:n]) {
+				done <- struct{}{}
+				return
+			}
+			if err != nil {
+				if !l.hangUp(p) {
+					done <- struct{}{}
+				}
+				// Otherwise the server side stays open: it ends when the
+				// server closes it, after the flush, or on Refuse.
+				return
+			}
+		}
+	}()
+	go func() { // server → client
 		defer func() { done <- struct{}{} }()
 		buf := make([]byte, 32<<10)
 		for {
-			n, err := src.Read(buf)
-			// In Blackhole nothing crosses: the bytes are dropped and the
-			// connection stays open until the mode changes.
-			if n > 0 && p.current() != Blackhole {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+			n, err := server.Read(buf)
+			if n > 0 && p.current() != Blackhole && !l.gone() {
+				// A client cut in Hold keeps its server side: what the
+				// server answers is drained and lost.
+				if _, werr := client.Write(buf[:n]); werr != nil && !l.gone() && p.current() != Hold {
 					return
 				}
 			}
@@ -143,9 +305,7 @@ func (p *Proxy) serve(client net.Conn) {
 				return
 			}
 		}
-	}
-	go pipe(server, client)
-	go pipe(client, server)
+	}()
 	<-done
 }
 
