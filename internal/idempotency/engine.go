@@ -3,6 +3,8 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -422,7 +424,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		var resp Response // set once everything but COMMIT has succeeded
-		err = conn.WithContext(txCtx).Transaction(func(tx *gorm.DB) error {
+		err = inTransaction(txCtx, conn, func(tx *gorm.DB) error {
 			r, err := fn(txCtx, tx)
 			if err != nil {
 				return err
@@ -460,6 +462,51 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 			}
 		}
 		return e.failed(ctx, req, id, o, resp, outcome, attempt, err)
+	}
+}
+
+// inTransaction runs fn between a BEGIN and a COMMIT sent as plain
+// statements on conn, the round's own connection. database/sql's Tx.Commit
+// does not watch its context, and neither does the driver's COMMIT: into a
+// network partition it waited for TCP to give up, minutes past the
+// request's deadline (CONTRACT §9). A statement does watch it: at the
+// deadline the driver closes the connection, and the failure path reads
+// the record back, since such a COMMIT may have been applied. After any
+// failure the transaction is rolled back on a short context of its own; a
+// connection that cannot confirm the rollback is discarded, never handed
+// back to the pool inside a transaction.
+func inTransaction(ctx context.Context, conn *gorm.DB, fn func(tx *gorm.DB) error) (err error) {
+	if _, err := db.Exec(ctx, conn, "BEGIN"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			rollback(ctx, conn)
+			panic(p)
+		}
+		if err != nil {
+			rollback(ctx, conn)
+		}
+	}()
+	if err := fn(conn.WithContext(ctx)); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, conn, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// rollback ends conn's transaction, or, if it cannot, has database/sql
+// discard the connection (a driver.ErrBadConn from Raw does that).
+func rollback(ctx context.Context, conn *gorm.DB) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
+	defer cancel()
+	if _, err := db.Exec(ctx, conn, "ROLLBACK"); err == nil {
+		return
+	}
+	if c, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }
 

@@ -345,3 +345,85 @@ func releaseUnderSaturation(t *testing.T, withReserve bool) (stuck bool) {
 		records, res, err, execs)
 	return false
 }
+
+// TestCommitIntoPartitionIsBounded: a COMMIT sent into a network partition
+// is abandoned at the request's deadline (CONTRACT §9), not after TCP gives
+// up minutes later; the client is told to retry (503), and when the
+// partition heals the COMMIT that did reach the server makes the retry a
+// replay, never a second execution. database/sql's Tx.Commit does not watch
+// its context, so before the engine sent COMMIT as a statement of its own
+// this request hung for as long as the proxy held its bytes.
+func TestCommitIntoPartitionIsBounded(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	proxy := dbtest.NewProxy(t, d.Config.Addr)
+	requests := openPool(t, proxy.Config(d), 2)
+	reserve := openPool(t, d.Config, 2)
+	const timeout = time.Second
+	var held atomic.Bool
+	engine := idempotency.New(requests, idempotency.Options{
+		Timeout: timeout,
+		Reserve: reserve,
+		BeforeCommit: func(context.Context, idempotency.Request) error {
+			if held.CompareAndSwap(false, true) {
+				proxy.Set(dbtest.Hold) // the partition: nothing more reaches the server
+			}
+			return nil
+		},
+	})
+	req := idempotency.Request{Scope: "m:acme", Key: "partitioned-commit",
+		Fingerprint: idempotency.RequestFingerprint("POST", "/v1/orders", []byte(`{}`)), TTL: time.Hour}
+	want := idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"order_no":"ord_part"}`)}
+	var execs atomic.Int64
+	fn := func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		execs.Add(1)
+		return want, insertOrder(ctx, tx, "ord_part")
+	}
+
+	type answer struct {
+		res idempotency.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	began := time.Now()
+	go func() {
+		res, err := engine.Do(context.Background(), req, fn)
+		done <- answer{res, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(30 * time.Second):
+		proxy.Set(dbtest.Forward) // heal, so that Do and the test can end
+		t.Fatalf("Do still waiting 30 s into a partition, with a %v request timeout", timeout)
+	}
+	took := time.Since(began)
+	t.Logf("answered %v after %v (timeout %v)", a.err, took.Round(time.Millisecond), timeout)
+	if !held.Load() {
+		t.Fatal("BeforeCommit never ran")
+	}
+	// Semantics, not speed: the answer came, and it says "retry".
+	if !errors.Is(a.err, db.ErrUnavailable) {
+		t.Fatalf("Do into a partition: %+v, %v; want an unavailable error (503)", a.res, a.err)
+	}
+
+	// The partition heals: the held COMMIT reaches the server.
+	proxy.Set(dbtest.Forward)
+	deadline := time.Now().Add(20 * time.Second)
+	for d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE key_hash = ? AND status = 2`, idempotency.KeyHash(req.Scope, req.Key)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the held COMMIT never completed the record")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	again, err := engine.Do(context.Background(), req, fn)
+	if err != nil || !again.Replayed() || !bytes.Equal(again.Response.Body, want.Body) {
+		t.Errorf("retry after the partition: %+v, %v; want a replay of %s", again, err, want.Body)
+	}
+	if n := execs.Load(); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM orders WHERE order_no = 'ord_part'`); n != 1 {
+		t.Errorf("%d business rows, want exactly 1", n)
+	}
+}
