@@ -75,9 +75,10 @@ const (
 
 const (
 	maxPurgeBatch = 1_000_000
-	// maxDBConns stays well under the servers' own connection limits
-	// (MariaDB's default max_connections is 151): past it, instances would
-	// be refused connections instead of queueing for them.
+	// maxDBConns bounds the pool of one instance. The sum over instances
+	// must stay under the server's max_connections (151 by default on
+	// MariaDB), or instances are refused connections (1040) instead of
+	// queueing for them: README.md says so where the variable is listed.
 	maxDBConns = 1000
 )
 

@@ -27,6 +27,16 @@ import (
 // backoff inside the request timeout, like a deadlock (internal/idempotency).
 const LockWaitTimeout = 1
 
+// SessionIdleTimeout is the server's wait_timeout for paysvc's sessions.
+// After a network partition the server never sees the client's side of a
+// connection close: a session cut between its fence and its COMMIT would
+// keep its transaction, and the record's row lock, until wait_timeout
+// ends it — 8 hours by default, during which every claim of the key waits
+// and is answered "in flight", long after the lease. One minute ends such
+// an orphan soon after the lease (30 s); pooled connections are retired
+// before the server would drop them (ConnMaxIdleTime).
+const SessionIdleTimeout = time.Minute
+
 // DefaultMaxConns is the pool size when none is configured
 // (PAYSVC_DB_MAX_CONNS): enough connections to keep both cores busy while
 // some wait on the network, few enough that a burst queues in Go, bounded
@@ -59,6 +69,9 @@ func Config(dsn string) (*mysql.Config, error) {
 	cfg.Params["time_zone"] = "'+00:00'"
 	if _, ok := cfg.Params["innodb_lock_wait_timeout"]; !ok {
 		cfg.Params["innodb_lock_wait_timeout"] = fmt.Sprint(LockWaitTimeout)
+	}
+	if _, ok := cfg.Params["wait_timeout"]; !ok {
+		cfg.Params["wait_timeout"] = fmt.Sprint(int(SessionIdleTimeout.Seconds()))
 	}
 	return cfg, nil
 }
@@ -119,6 +132,7 @@ func OpenPool(cfg *mysql.Config, maxConns int) (*gorm.DB, error) {
 	sqlDB.SetMaxOpenConns(maxConns)
 	sqlDB.SetMaxIdleConns(maxConns)
 	sqlDB.SetConnMaxLifetime(5 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(SessionIdleTimeout / 2)
 	return gdb, nil
 }
 

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -14,10 +15,13 @@ import (
 const purgeRest = 4
 
 // Purge deletes the records whose window ended before now, batch rows at a
-// time. Each batch is two statements: a plain (non-locking) SELECT of the
-// oldest expired keys through idx_expires, then an autocommitted DELETE of
-// exactly those rows by primary key, re-checking their expiry. Deleting by
-// primary key locks only the deleted records. A single
+// time. Each batch is a plain (non-locking) SELECT of the oldest expired
+// keys through idx_expires, then DELETEs of exactly those rows by primary
+// key (deleteChunk keys per statement), re-checking their expiry, each in
+// a READ COMMITTED transaction of its own: it locks only the records it
+// deletes. Under REPEATABLE READ a key that another instance's purge (or a
+// claim's expiry) deleted since the SELECT would be gap-locked, and a
+// brand-new claim hashed into that gap would wait. A single
 // "DELETE … WHERE expires_at <= ? ORDER BY expires_at LIMIT n" would lock
 // every index entry it scans plus the gap up to the next live entry (next-key
 // locks under REPEATABLE READ), and when nothing live lay past the purged
@@ -39,6 +43,7 @@ func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch 
 	}
 	now = now.UTC()
 	var total int64
+	conflicts := 0
 	for {
 		start := time.Now()
 		keys, err := expiredKeys(ctx, gdb, now, batch)
@@ -49,13 +54,18 @@ func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch 
 			return total, nil
 		}
 		deleted, err := deleteKeys(ctx, gdb, keys, now)
+		total += deleted
 		if err != nil {
-			if db.IsRetryable(err) && ctx.Err() == nil {
-				continue
+			// A conflict with another purge: the next batch, or the next
+			// interval, takes these keys again after a pause.
+			if db.IsRetryable(err) && conflicts < maxPurgeConflicts {
+				conflicts++
+				if serr := sleep(ctx, jitter(time.Duration(conflicts)*100*time.Millisecond)); serr == nil {
+					continue
+				}
 			}
 			return total, fmt.Errorf("purge after %d rows: %w", total, err)
 		}
-		total += deleted
 		if onBatch != nil {
 			onBatch(deleted)
 		}
@@ -90,18 +100,45 @@ func expiredKeys(ctx context.Context, gdb *gorm.DB, now time.Time, limit int) ([
 	return keys, nil
 }
 
+// deleteChunk bounds the keys of one DELETE: a list of thousands of keys
+// can exceed MySQL 8's range optimizer memory (the statement then scans
+// and locks the whole table) or max_allowed_packet.
+const deleteChunk = 1000
+
+// maxPurgeConflicts is how many deadlocks or lock waits one pass absorbs
+// before it leaves the rest to the next interval.
+const maxPurgeConflicts = 5
+
 // deleteKeys deletes the records of keys that are still expired: a key
 // claimed anew since the SELECT (its old record deleted by the claim loop,
-// a new one inserted) is left alone.
+// a new one inserted) is left alone. It returns the rows deleted, also
+// when it fails part way.
 func deleteKeys(ctx context.Context, gdb *gorm.DB, keys []any, now time.Time) (int64, error) {
-	q := make([]byte, 0, 64+2*len(keys))
+	var total int64
+	for len(keys) > 0 {
+		chunk := keys[:min(deleteChunk, len(keys))]
+		keys = keys[len(chunk):]
+		err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			n, err := deleteChunkOf(ctx, tx, chunk, now)
+			total += n
+			return err
+		}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func deleteChunkOf(ctx context.Context, tx *gorm.DB, keys []any, now time.Time) (int64, error) {
+	q := make([]byte, 0, 128+2*len(keys))
 	// The multi-table form is the one both servers accept an index hint in;
 	// the hint keeps the optimizer from scanning idx_expires (and locking
-	// its gaps) when the expired rows are most of a small table.
+	// its entries) when the expired rows are most of a small table.
 	q = append(q, "DELETE r FROM idempotency_records AS r FORCE INDEX (PRIMARY) WHERE r.key_hash IN (?"...)
 	for range len(keys) - 1 {
 		q = append(q, ",?"...)
 	}
 	q = append(q, ") AND r.expires_at <= ?"...)
-	return db.Exec(ctx, gdb, string(q), append(keys, now)...)
+	return db.Exec(ctx, tx, string(q), append(keys, now)...)
 }

@@ -30,15 +30,19 @@ func DecodeEvent(body []byte) (Event, []byte, error) {
 	if !ok {
 		return Event{}, nil, validate.Invalid("", "callback body must be a JSON object")
 	}
+	// Any other non-empty type, whatever its length or characters, is
+	// acknowledged as unhandled: only the handled ones are read further.
+	switch raw, _ := root["type"].(string); EventType(raw) {
+	case PaymentSucceeded, PaymentFailed, RefundSucceeded, RefundFailed:
+	default:
+		if raw != "" {
+			return Event{}, nil, fmt.Errorf("event type %s: %w", validate.Quote(raw), ErrUnhandledType)
+		}
+	}
 	f := validate.New(root, "")
 	typ := EventType(f.Text("type", true, maxType))
 	if err := f.Err(); err != nil {
 		return Event{}, nil, err
-	}
-	switch typ {
-	case PaymentSucceeded, PaymentFailed, RefundSucceeded, RefundFailed:
-	default:
-		return Event{}, nil, fmt.Errorf("event type %s: %w", validate.Quote(string(typ)), ErrUnhandledType)
 	}
 	data, ok := root["data"].(map[string]any)
 	if !ok {

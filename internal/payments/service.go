@@ -79,6 +79,12 @@ func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, ord
 		return Refund{}, err
 	}
 	if err := orders.ReserveRefund(ctx, tx, merchantID, orderNo, in.Amount, at); err != nil {
+		if !errors.Is(err, orders.ErrIllegalTransition) && !errors.Is(err, orders.ErrRefundExceedsAmount) {
+			// A fault, not a refusal (a deadlock or a Galera certification
+			// failure has already rolled everything back): the transaction
+			// ends and is retried or answered as the fault it is.
+			return Refund{}, err
+		}
 		if derr := deleteRefund(ctx, tx, r.RefundNo); derr != nil {
 			// Not the business error (%v): a stored refusal would commit
 			// the row; this must roll back instead.
