@@ -57,6 +57,15 @@ type service struct {
 // (nil keeps the defaults); opts carries the test hooks.
 func newService(t testing.TB, d *dbtest.DB, tune func(*config.Config), opts app.Options) *service {
 	t.Helper()
+	return newWrappedService(t, d, tune, opts, nil)
+}
+
+// newWrappedService is newService with the service's handler wrapped by
+// wrap (nil: none) before it is served, e.g. to time each request as the
+// server sees it.
+func newWrappedService(t testing.TB, d *dbtest.DB, tune func(*config.Config), opts app.Options,
+	wrap func(http.Handler) http.Handler) *service {
+	t.Helper()
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{apiKey: merchant}
@@ -69,7 +78,11 @@ func newService(t testing.TB, d *dbtest.DB, tune func(*config.Config), opts app.
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)
 	}
-	srv := httptest.NewServer(a.Handler)
+	h := a.Handler
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	// Cleanups run last-in first-out: stop serving, then close the pool,
 	// then (registered earlier by dbtest) drop the database.
 	t.Cleanup(func() { _ = a.Close() })
