@@ -482,6 +482,13 @@ func inTransaction(ctx context.Context, conn *gorm.DB, fn func(tx *gorm.DB) erro
 	if _, err := db.Exec(ctx, conn, "BEGIN"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	// If ctx ends while fn stalls between statements, there is no statement
+	// for the driver to abandon, and the transaction would keep its row
+	// locks until fn came back: past its lease, in the way of the request
+	// that takes the key over (TestLeaseTakeoverSlowHolder). Close the
+	// connection then, as database/sql's Tx did: the server rolls back.
+	stop := context.AfterFunc(ctx, func() { discard(conn) })
+	defer stop()
 	defer func() {
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
@@ -508,6 +515,11 @@ func rollback(ctx context.Context, conn *gorm.DB) {
 	if _, err := db.Exec(ctx, conn, "ROLLBACK"); err == nil {
 		return
 	}
+	discard(conn)
+}
+
+// discard has database/sql close conn's connection instead of pooling it.
+func discard(conn *gorm.DB) {
 	if c, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
 		_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	}
