@@ -73,9 +73,6 @@ func _() {
 // The first run builds the generator (about half a minute on two cores);
 // later runs take it from the build cache.
 func TestGeneratedClientCompiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds oapi-codegen and a client")
-	}
 	t.Parallel()
 	// Inside the module (so go.mod's requirements apply), in a directory
 	// that ./... patterns skip.
