@@ -560,8 +560,13 @@ func TestDatabaseOutage(t *testing.T) {
 	if stuck == 0 {
 		t.Errorf("no claim was left PROCESSING by the cuts: the lease's take-over was not exercised")
 	}
-	if takenOver != float64(stuck) {
-		t.Errorf("%v claims taken over by the retries, want the %d left PROCESSING by the cuts", takenOver, stuck)
+	// Not equality: the count is a snapshot, and a claim counted PROCESSING
+	// can still be settled without a take-over (the server rolling back an
+	// orphaned transaction of a cut connection, a release retried after the
+	// count). Seen once in CI: 9 counted, 6 taken over; every key still
+	// ended with exactly one order.
+	if takenOver > float64(stuck) {
+		t.Errorf("%v claims taken over by the retries, more than the %d left PROCESSING by the cuts", takenOver, stuck)
 	}
 	if retries.serverErrors > 0 {
 		t.Errorf("retries: %d answers 5xx other than 503", retries.serverErrors)
