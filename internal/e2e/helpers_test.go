@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,7 +75,7 @@ func newWrappedService(t testing.TB, d *dbtest.DB, tune func(*config.Config), op
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.DiscardHandler), opts)
+	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)
 	}
