@@ -86,6 +86,12 @@ func IsUnavailable(err error) bool {
 	return errors.As(err, &netErr) ||
 		errors.Is(err, driver.ErrBadConn) ||
 		errors.Is(err, mysql.ErrInvalidConn) ||
+		// The driver's words for a connection whose protocol state was
+		// lost, as when it is closed under a statement.
+		errors.Is(err, mysql.ErrBusyBuffer) ||
+		errors.Is(err, mysql.ErrPktSync) ||
+		errors.Is(err, mysql.ErrPktSyncMul) ||
+		errors.Is(err, mysql.ErrMalformPkt) ||
 		errors.Is(err, sql.ErrConnDone) ||
 		errors.Is(err, sql.ErrTxDone) ||
 		errors.Is(err, io.EOF) ||

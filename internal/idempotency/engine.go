@@ -256,10 +256,10 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 		}
 		switch st {
 		case answered:
-			return res, e.classify(req, err)
+			return res, e.classify(ctx, req, err)
 		case again:
 			if err != nil {
-				return Result{}, e.classify(req, err)
+				return Result{}, e.classify(ctx, req, err)
 			}
 			probe = false
 			continue
@@ -284,9 +284,17 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 }
 
 // classify turns a database fault into an *UnavailableError and leaves
-// every other error as it is.
-func (e *Engine) classify(req Request, err error) error {
-	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) || !db.IsUnavailable(err) {
+// every other error as it is. An error that ends a request whose time ran
+// out is the deadline's doing, whatever the driver called it: the
+// connection was closed under a statement (by the driver at the deadline,
+// or by inTransaction's AfterFunc between statements), and what the next
+// read on it reports depends on where the cut fell. Nothing committed
+// (failed settled that), so the client may retry: 503, never 500.
+func (e *Engine) classify(ctx context.Context, req Request, err error) error {
+	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) {
+		return err
+	}
+	if !db.IsUnavailable(err) && ctx.Err() == nil {
 		return err
 	}
 	return e.unavailable(req, err)

@@ -427,3 +427,46 @@ func TestCommitIntoPartitionIsBounded(t *testing.T) {
 		t.Errorf("%d business rows, want exactly 1", n)
 	}
 }
+
+// TestErrorsPastTheDeadlineAreUnavailable: whatever a statement reports
+// once the request's time has run out (a connection closed under it can
+// read as "busy buffer", "commands out of sync" or "invalid connection",
+// depending on where the cut fell) is a 503 the client may retry, and the
+// key is free for that retry. Before the deadline, an error the engine
+// does not know stays what it is: a bug, answered 500.
+func TestErrorsPastTheDeadlineAreUnavailable(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	engine := idempotency.New(d.Gorm, idempotency.Options{Timeout: 300 * time.Millisecond})
+	strange := errors.New("a driver error nobody listed")
+	tests := []struct {
+		name            string
+		stall           bool
+		wantUnavailable bool
+	}{
+		{name: "before the deadline", stall: false, wantUnavailable: false},
+		{name: "after the deadline", stall: true, wantUnavailable: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := idempotency.Request{Scope: "m:acme", Key: "strange-" + strings.ReplaceAll(tt.name, " ", "-"),
+				Fingerprint: idempotency.RequestFingerprint("POST", "/v1/orders", []byte(`{}`)), TTL: time.Hour}
+			_, err := engine.Do(context.Background(), req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+				if tt.stall {
+					<-ctx.Done()
+				}
+				return idempotency.Response{}, strange
+			})
+			var ue *idempotency.UnavailableError
+			if got := errors.As(err, &ue); got != tt.wantUnavailable {
+				t.Fatalf("err = %v: unavailable = %v, want %v", err, got, tt.wantUnavailable)
+			}
+			if !errors.Is(err, strange) {
+				t.Fatalf("err = %v, want it to wrap the original error", err)
+			}
+			if n := d.Count(t, "SELECT COUNT(*) FROM idempotency_records"); n != 0 {
+				t.Fatalf("%d idempotency records left, want the claim released", n)
+			}
+		})
+	}
+}
