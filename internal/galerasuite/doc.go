@@ -1,0 +1,2 @@
+// Package galerasuite runs paysvc on a three-node MariaDB Galera cluster.
+package galerasuite
