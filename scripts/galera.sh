@@ -10,6 +10,7 @@
 #   scripts/galera.sh start N [BASEDIR]  start node N again (it rejoins by IST, or SST if it must)
 #                                        and wait until it is Synced
 #   scripts/galera.sh dsn N [BASEDIR]    print a PAYSVC_DSN for node N (database paysvc)
+#   scripts/galera.sh deps               only install what the cluster needs (CI)
 #
 # BASEDIR defaults to $GALERA_BASEDIR, else /tmp/paysvc-galera. Each node has
 # BASEDIR/nodeN/{my.cnf,data,error.log,mysqld.pid}. Ports (never the main
@@ -21,7 +22,7 @@
 # galera-4 and rsync are installed with apt-get when missing (CI machines).
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}
 [ -n "$cmd" ] || usage
@@ -251,6 +252,7 @@ case "$cmd" in
   status) status ;;
   kill) stop_node "$node" KILL ;;
   start) ensure_packages; start_node "$node"; wait_synced "$node" ;;
+  deps) ensure_packages ;;
   dsn) echo "root:@tcp(127.0.0.1:$(port_of "$node"))/paysvc" ;;
   *) usage ;;
 esac

@@ -117,6 +117,8 @@ type recorder struct {
 	slowest time.Duration
 	retried int // requests (final answers) that needed at least one retry
 	final   int
+	// transport counts requests that got no HTTP answer (see untilFinal).
+	transport int
 }
 
 func newRecorder() *recorder {
@@ -190,22 +192,36 @@ func (r *recorder) String() string {
 		}
 		parts = append(parts, fmt.Sprintf("serve-%d: %s", i, strings.Join(s, " ")))
 	}
-	return fmt.Sprintf("%s; slowest %v; %d of %d requests needed a retry", strings.Join(parts, ", "),
-		r.slowest.Round(time.Millisecond), r.retried, r.final)
+	return fmt.Sprintf("%s; slowest %v; %d of %d requests needed a retry; %d attempts without an HTTP answer", strings.Join(parts, ", "),
+		r.slowest.Round(time.Millisecond), r.retried, r.final, r.transport)
 }
 
 // untilFinal sends r to procs[start] and retries 409 in flight and 503
 // after their Retry-After (jittered up to a fifth more, so that the
 // duplicates of one key do not come back in step). With moveOn503, a 503
 // is retried on the next instance: a client behind a load balancer that
-// leaves a node out. A transport error ends it: the processes never die
-// here.
+// leaves a node out.
+//
+// A request that got no HTTP answer is retried too, as any client of an
+// idempotent API does (the key makes it safe), and counted: on a loaded
+// 2-core runner a storm of hundreds of new connections can leave one
+// waiting past the server's ReadHeaderTimeout (5 s) before its headers are
+// read, and the server then closes it unanswered. The serve processes
+// never die in this suite (startServe's clean-up would say so), so such
+// an error is the client's environment, not a lost answer.
 func untilFinal(ctx context.Context, procs []*serveProc, start int, r request, rec *recorder, moveOn503 bool) (answer, error) {
 	inst := start
 	for attempt := 1; ; attempt++ {
 		a, err := send(ctx, procs[inst].URL, r)
 		if err != nil {
-			return answer{}, fmt.Errorf("%s %s (key %q) on serve-%d, attempt %d: %w", r.method, r.path, r.key+r.eventID, inst, attempt, err)
+			rec.mu.Lock()
+			rec.transport++
+			rec.mu.Unlock()
+			if ctx.Err() != nil || attempt >= 20 {
+				return answer{}, fmt.Errorf("%s %s (key %q) on serve-%d, attempt %d: %w", r.method, r.path, r.key+r.eventID, inst, attempt, err)
+			}
+			time.Sleep(50*time.Millisecond + rand.N(50*time.Millisecond))
+			continue
 		}
 		a.Instance = inst
 		rec.add(a)

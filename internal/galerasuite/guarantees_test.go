@@ -58,12 +58,12 @@ type storedOrder struct {
 	amount int
 }
 
-// createStorm: 200 keys × 6 identical duplicates, duplicate i of key k sent
+// createStorm: 100 keys × 6 identical duplicates, duplicate i of key k sent
 // to instance (k+i)%3, all released at once; every client retries 409 and
 // 503. Exactly one order per key on every node, all six answers of a key
 // the same, exactly one of them executed.
 func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*serveProc) []storedOrder {
-	const keys, duplicates = 200, 6
+	const keys, duplicates = 100, 6
 	rec := newRecorder()
 	before := wsrepStats(t)
 	finals := make([][duplicates]answer, keys)
