@@ -14,15 +14,18 @@
 #
 # BASEDIR defaults to $GALERA_BASEDIR, else /tmp/paysvc-galera. Each node has
 # BASEDIR/nodeN/{my.cnf,data,error.log,mysqld.pid}. Ports (never the main
-# server's 3306): node N listens for SQL on GALERA_PORT (default 43306)
-# + 10*(N-1), for group communication on GALERA_GCOMM_PORT (default 44567)
-# + 10*(N-1), for IST on that +1 and for rsync SST on that +2. The root
+# server's 3306): node N listens for SQL on GALERA_PORT (default 23306)
+# + 10*(N-1), for group communication on GALERA_GCOMM_PORT (default 24567)
+# + 10*(N-1), for IST on that +1 and for rsync SST on that +2: all below
+# Linux's ephemeral range (32768-60999), where a busy machine's outgoing
+# connections would sooner or later hold a port a node needs (mariadbd
+# then aborts: "Bind on TCP/IP port ... Address already in use"). The root
 # account has no password and is reachable over TCP from 127.0.0.1 only.
 #
 # galera-4 and rsync are installed with apt-get when missing (CI machines).
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}
 [ -n "$cmd" ] || usage
@@ -32,8 +35,8 @@ case "$cmd" in
   kill|start|dsn) node=${1:-}; [[ "$node" =~ ^[123]$ ]] || usage; shift ;;
 esac
 base=${1:-${GALERA_BASEDIR:-/tmp/paysvc-galera}}
-mysql_port=${GALERA_PORT:-43306}
-gcomm_port=${GALERA_GCOMM_PORT:-44567}
+mysql_port=${GALERA_PORT:-23306}
+gcomm_port=${GALERA_GCOMM_PORT:-24567}
 provider=/usr/lib/galera/libgalera_smm.so
 # How long one node may take to reach Synced (a full SST on a loaded 2-core
 # machine included).

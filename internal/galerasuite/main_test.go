@@ -26,11 +26,12 @@ import (
 
 // The suite's cluster. Its ports are not scripts/galera.sh's defaults, so
 // that a cluster a developer started by hand does not collide with it, and
-// never the main server's 3306.
+// never the main server's 3306; below the ephemeral port range, like the
+// script's (see there).
 const (
 	nodes     = 3
-	mysqlPort = 43406
-	gcommPort = 44667
+	mysqlPort = 23406
+	gcommPort = 24667
 )
 
 var (
