@@ -119,6 +119,7 @@ type recorder struct {
 	final   int
 	// transport counts requests that got no HTTP answer (see untilFinal).
 	transport int
+	ok        []time.Duration // the time of every 2xx exchange
 }
 
 func newRecorder() *recorder {
@@ -134,6 +135,9 @@ func (r *recorder) add(a answer) {
 	defer r.mu.Unlock()
 	r.byInst[a.Instance][a.Status]++
 	r.slowest = max(r.slowest, a.Took)
+	if a.Status/100 == 2 {
+		r.ok = append(r.ok, a.Took)
+	}
 	switch {
 	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
 		r.bad = append(r.bad, "a 5xx other than 503: "+a.String())
@@ -160,7 +164,7 @@ func (r *recorder) count(inst, status int) int {
 }
 
 // check fails the test on any bad answer, or one slower than limit.
-func (r *recorder) check(t *testing.T, phase string, limit time.Duration) {
+func (r *recorder) check(t testing.TB, phase string, limit time.Duration) {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -128,7 +128,7 @@ func nodePort(i int) int { return mysqlPort + 10*i }
 
 // newCluster creates a unique database on node 1 (DDL replicates to every
 // node before it returns), migrates it, and drops it when the test ends.
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
@@ -170,7 +170,7 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
-func (c *cluster) drop(t *testing.T) {
+func (c *cluster) drop(t testing.TB) {
 	// Any node will do, but one may be down when a test fails.
 	for i := range nodes {
 		conn, err := sql.Open("mysql", fmt.Sprintf("root:@tcp(127.0.0.1:%d)/?timeout=2s", nodePort(i)))
@@ -189,7 +189,7 @@ func (c *cluster) drop(t *testing.T) {
 }
 
 // count runs a COUNT(*) query on node i.
-func (c *cluster) count(t *testing.T, i int, query string, args ...any) int64 {
+func (c *cluster) count(t testing.TB, i int, query string, args ...any) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -207,7 +207,7 @@ type wsrepCounters struct{ certFailures, bfAborts int64 }
 // every node: a transaction of this node that lost certification at
 // COMMIT, and a local transaction aborted by a replicated one that won
 // (the loser's client sees 1213 either way).
-func wsrepStats(t *testing.T) [nodes]wsrepCounters {
+func wsrepStats(t testing.TB) [nodes]wsrepCounters {
 	t.Helper()
 	var out [nodes]wsrepCounters
 	for i := range nodes {
@@ -240,7 +240,7 @@ func wsrepStats(t *testing.T) [nodes]wsrepCounters {
 
 // logConflicts logs, per node, the certification failures and brute-force
 // aborts since before: proof that a phase did make the nodes conflict.
-func logConflicts(t *testing.T, phase string, before [nodes]wsrepCounters) (total int64) {
+func logConflicts(t testing.TB, phase string, before [nodes]wsrepCounters) (total int64) {
 	t.Helper()
 	after := wsrepStats(t)
 	var parts []string
@@ -278,7 +278,7 @@ type serveProc struct {
 // startServe starts `paysvc serve` on dsn with env added, waits until it
 // listens and is ready, and registers its SIGKILL for the end of the test.
 // A data race or a panic in its output fails the test.
-func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
+func startServe(t testing.TB, name, dsn string, env ...string) *serveProc {
 	t.Helper()
 	cmd := exec.Command(paysvcBin, "serve")
 	cmd.Env = serveEnv(dsn, env)
@@ -365,7 +365,7 @@ func (p *serveProc) ready() bool {
 }
 
 // dump logs the process's output without its routine access-log lines.
-func (p *serveProc) dump(t *testing.T) {
+func (p *serveProc) dump(t testing.TB) {
 	var b strings.Builder
 	skipped := 0
 	for l := range strings.SplitSeq(p.out.String(), "\n") {
