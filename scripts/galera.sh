@@ -41,6 +41,9 @@ provider=/usr/lib/galera/libgalera_smm.so
 # How long one node may take to reach Synced (a full SST on a loaded 2-core
 # machine included).
 sync_timeout=${GALERA_SYNC_TIMEOUT:-180}
+# The writeset cache a returning node catches up from (IST). A production
+# node keeps hours of writes; tests need little (GALERA_GCACHE=32M).
+gcache=${GALERA_GCACHE:-128M}
 
 port_of()  { echo $((mysql_port + 10 * ($1 - 1))); }
 gcomm_of() { echo $((gcomm_port + 10 * ($1 - 1))); }
@@ -114,7 +117,7 @@ wsrep_cluster_address=gcomm://127.0.0.1:$g1,127.0.0.1:$g2,127.0.0.1:$g3
 wsrep_node_name=node$n
 wsrep_node_address=127.0.0.1:$gn
 wsrep_node_incoming_address=127.0.0.1:$(port_of "$n")
-wsrep_provider_options="gmcast.listen_addr=tcp://127.0.0.1:$gn;ist.recv_addr=127.0.0.1:$((gn + 1));gcache.size=128M;evs.keepalive_period=PT0.5S;evs.inactive_check_period=PT0.5S;evs.suspect_timeout=PT2S;evs.inactive_timeout=PT4S;evs.install_timeout=PT4S"
+wsrep_provider_options="gmcast.listen_addr=tcp://127.0.0.1:$gn;ist.recv_addr=127.0.0.1:$((gn + 1));gcache.size=$gcache;evs.keepalive_period=PT0.5S;evs.inactive_check_period=PT0.5S;evs.suspect_timeout=PT2S;evs.inactive_timeout=PT4S;evs.install_timeout=PT4S"
 wsrep_sst_method=rsync
 wsrep_sst_receive_address=127.0.0.1:$((gn + 2))
 wsrep_slave_threads=2

@@ -29,8 +29,7 @@
 // Create storm: 100 keys × 6 identical duplicates, duplicate i of key k sent
 // to instance (k+i)%3, released at once → every node holds exactly 100
 // orders and 100 COMPLETED records, the six answers of a key are the same
-// bytes, exactly one of them executed; the storm must have caused at least
-// one certification failure or abort. Callback storm: each of the 100
+// bytes, exactly one of them executed. Callback storm: each of the 100
 // orders paid by a payment.succeeded delivered to all three instances at
 // once, every fourth order also by a second, different payment (a
 // duplicate_payment) delivered the same way → on every node each order
@@ -40,7 +39,9 @@
 // over three nodes where row locks do not reach each other → exactly
 // 10 × 201 and 10 × 422 refund_exceeds_amount, 10 refunds and the whole
 // amount reserved on every node. `paysvc reconcile` exits 0 against each
-// node.
+// node. The three phases together must have made the nodes conflict (at
+// least one certification failure or abort; typically 20-100 each in the
+// callback storm and the refund race, 0-20 in the create storm).
 //
 // # TestGaleraNodeLoss
 //

@@ -29,6 +29,7 @@ func TestGaleraGuarantees(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	before := wsrepStats(t)
 
 	orders := createStorm(t, ctx, c, procs)
 	if t.Failed() {
@@ -39,6 +40,13 @@ func TestGaleraGuarantees(t *testing.T) {
 		return
 	}
 	refundRace(t, ctx, c, procs, orders[0])
+	// Whether one phase makes two nodes conflict depends on timing (the
+	// create storm's duplicates saw none in one run of five); the three
+	// together always did here. None at all would mean the test no longer
+	// exercises what it is for.
+	if logConflicts(t, "the whole test", before) == 0 {
+		t.Errorf("no certification failure and no brute-force abort on any node: the test did not make the nodes conflict")
+	}
 
 	for i, p := range procs {
 		if n := p.accessLog5xx(); len(n) > 0 && (len(n) > 1 || n[http.StatusServiceUnavailable] == 0) {
@@ -97,9 +105,7 @@ func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*servePr
 		t.Error(err)
 	}
 	rec.check(t, "create storm", answerLimit)
-	if conflicts := logConflicts(t, "create storm", before); conflicts == 0 {
-		t.Errorf("create storm: no certification failure and no brute-force abort on any node: the storm did not make the nodes conflict")
-	}
+	logConflicts(t, "create storm", before)
 
 	orders := make([]storedOrder, keys)
 	for k := range keys {

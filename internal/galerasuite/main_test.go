@@ -83,7 +83,8 @@ func galera(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(moduleRoot, "scripts", "galera.sh"), append(args, clusterDir)...)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("GALERA_PORT=%d", mysqlPort), fmt.Sprintf("GALERA_GCOMM_PORT=%d", gcommPort))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("GALERA_PORT=%d", mysqlPort), fmt.Sprintf("GALERA_GCOMM_PORT=%d", gcommPort),
+		"GALERA_GCACHE=32M")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
