@@ -81,8 +81,12 @@ func send(ctx context.Context, baseURL string, r request) (answer, error) {
 		mockpay.SignRequest(req, secret, r.eventID, time.Now(), r.body)
 	} else {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", r.key)
+		if r.body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if r.key != "" {
+			req.Header.Set("Idempotency-Key", r.key)
+		}
 	}
 	began := time.Now()
 	resp, err := client.Do(req)
