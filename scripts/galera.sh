@@ -9,7 +9,7 @@
 #   scripts/galera.sh kill N [BASEDIR]   SIGKILL node N (1-3): a machine lost, nothing flushed
 #   scripts/galera.sh start N [BASEDIR]  start node N again (it rejoins by IST, or SST if it must)
 #                                        and wait until it is Synced
-#   scripts/galera.sh dsn N [BASEDIR]    print a PAYSVC_DSN for node N (database paysvc)
+#   scripts/galera.sh dsn N [BASEDIR]    print a PAYSVC_DSN for node N (database paysvc, causal reads)
 #   scripts/galera.sh deps               only install what the cluster needs (CI)
 #
 # BASEDIR defaults to $GALERA_BASEDIR, else /tmp/paysvc-galera. Each node has
@@ -259,6 +259,6 @@ case "$cmd" in
   kill) stop_node "$node" KILL ;;
   start) ensure_packages; start_node "$node"; wait_synced "$node" ;;
   deps) ensure_packages ;;
-  dsn) echo "root:@tcp(127.0.0.1:$(port_of "$node"))/paysvc" ;;
+  dsn) echo "root:@tcp(127.0.0.1:$(port_of "$node"))/paysvc?wsrep_sync_wait=1" ;;
   *) usage ;;
 esac

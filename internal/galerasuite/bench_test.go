@@ -19,6 +19,7 @@ import (
 // run, one after the other:
 //
 //   - galera-3: one instance per node of the 3-node cluster (multi-primary);
+//   - g3-sync: the same with wsrep_sync_wait=1 on every DSN (causal reads);
 //   - galera-1: all three instances on node 1 (single writer, as a proxy
 //     that sends all writes to one node would have it; still replicated
 //     synchronously to the other two);
@@ -41,9 +42,11 @@ func BenchmarkClusterVsOneNode(b *testing.B) {
 			dsns [nodes]string
 		}
 		c := newCluster(b)
+		const sync = "&wsrep_sync_wait=1"
 		single := dbtest.New(b)
 		setups := []setup{
 			{"galera-3", c.dsn},
+			{"g3-sync", [nodes]string{c.dsn[0] + sync, c.dsn[1] + sync, c.dsn[2] + sync}},
 			{"galera-1", [nodes]string{c.dsn[0], c.dsn[0], c.dsn[0]}},
 			{"single", [nodes]string{single.DSN, single.DSN, single.DSN}},
 		}
@@ -135,7 +138,7 @@ func benchLoad(b *testing.B, setup, workload string, procs []*serveProc, before 
 	}
 	var conflicts int64
 	after := wsrepStats(b)
-	if setup != "single" {
+	if setup != "single" { // its counters are the cluster's, not the single server's
 		for i := range nodes {
 			conflicts += after[i].certFailures - before[i].certFailures + after[i].bfAborts - before[i].bfAborts
 		}
