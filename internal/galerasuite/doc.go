@@ -71,7 +71,7 @@
 // 120 orders created through node 1, each read at once through node 2,
 // whose instance's DSN carries wsrep_sync_wait=1, and through node 3,
 // whose does not: every read through node 2 finds its order; the misses
-// through node 3 are counted (22 of 120 in one run), the measurement behind
+// through node 3 are counted (5 and 22 of 120 in two runs), the measurement behind
 // docs/DEPLOYING.md's advice to set it.
 //
 // # BenchmarkClusterVsOneNode
@@ -82,6 +82,7 @@
 //
 // # Time
 //
-// About 85 s for the package on a loaded 2-core machine: 25-35 s for the
-// cluster, 10-20 s per test, 12-18 s of which is node 3 rejoining.
+// 85-130 s for the package on a loaded 2-core machine: 25-50 s for the
+// cluster to come up, 4-36 s per test, of which 12-22 s is node 3
+// rejoining after its SIGKILL.
 package galerasuite
