@@ -6,6 +6,7 @@ package db
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -145,13 +146,50 @@ func Close(gdb *gorm.DB) error {
 	return sqlDB.Close()
 }
 
-// Ping reports whether the database answers.
+// ErrNodeNotReady: the server answers, but it is a Galera node that does
+// not serve queries now (wsrep_ready=OFF). It wraps ErrUnavailable.
+var ErrNodeNotReady = fmt.Errorf("%w: Galera node not ready (wsrep_ready=OFF)", ErrUnavailable)
+
+// Ping reports whether the database answers and will run queries. A
+// Galera node cut off from the primary component (a partition), or still
+// joining, answers a ping, and even SELECT 1, while every statement on a
+// table fails with 1047: it says so in wsrep_ready. A server without Galera
+// (MySQL has no such variables; a MariaDB built with wsrep but not running
+// it reports wsrep_on=OFF and wsrep_ready=OFF) is ready when it answers.
 func Ping(ctx context.Context, gdb *gorm.DB) error {
 	sqlDB, err := gdb.DB()
 	if err != nil {
 		return err
 	}
-	return sqlDB.PingContext(ctx)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return err
+	}
+	on, err := showGlobal(ctx, sqlDB, "VARIABLES", "wsrep_on")
+	if err != nil || !strings.EqualFold(on, "ON") {
+		return err
+	}
+	ready, err := showGlobal(ctx, sqlDB, "STATUS", "wsrep_ready")
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(ready, "ON") {
+		return ErrNodeNotReady
+	}
+	return nil
+}
+
+// showGlobal returns the value of a global variable or status counter
+// (what is VARIABLES or STATUS), "" if the server has none of that name.
+func showGlobal(ctx context.Context, sqlDB *sql.DB, what, name string) (string, error) {
+	var n, v string
+	err := sqlDB.QueryRowContext(ctx, "SHOW GLOBAL "+what+" LIKE '"+name+"'").Scan(&n, &v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("show global %s %s: %w", strings.ToLower(what), name, err)
+	}
+	return v, nil
 }
 
 // Exec runs one hand-written statement on the connection or transaction

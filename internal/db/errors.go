@@ -18,6 +18,10 @@ const (
 	errDupEntry        = 1062
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
+	// MySQL Group Replication (InnoDB Cluster) in multi-primary mode
+	// reports a lost certification as 3101 (ER_TRANSACTION_ROLLBACK_DURING_COMMIT)
+	// where Galera says 1213: the whole transaction was rolled back.
+	errGRCertification = 3101
 )
 
 // Server errors that say the server cannot serve now, not that the statement
@@ -28,6 +32,9 @@ var unavailableNumbers = map[uint16]bool{
 	1053: true, // server shutdown in progress
 	1205: true, // lock wait timeout (after the engine's retries)
 	1213: true, // deadlock, or a Galera certification failure (after retries)
+	1290: true, // read-only server: an InnoDB Cluster secondary, or a primary demoted by a failover
+	3100: true, // MySQL Group Replication: a commit hook refused (member not ONLINE, no quorum)
+	3101: true, // MySQL Group Replication: certification failure (after retries)
 	1317: true, // query execution was interrupted
 	1927: true, // connection was killed
 	3024: true, // MySQL: max_execution_time exceeded
@@ -56,8 +63,12 @@ func IsDuplicate(err error) bool {
 
 // IsDeadlock reports 1213: InnoDB chose this transaction as the victim and
 // rolled all of it back (Galera reports a lost certification the same way),
-// so the whole transaction may be run again.
-func IsDeadlock(err error) bool { return number(err) == errDeadlock }
+// so the whole transaction may be run again; and 3101, MySQL Group
+// Replication's lost certification, which means the same.
+func IsDeadlock(err error) bool {
+	n := number(err)
+	return n == errDeadlock || n == errGRCertification
+}
 
 // IsLockWaitTimeout reports 1205: a statement gave up waiting for a row lock.
 // Only the statement was rolled back; callers roll back the transaction.
