@@ -1,0 +1,181 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Options configure a Relay.
+type Options struct {
+	// Timeout is an attempt's deadline, counted from its claim.
+	Timeout time.Duration
+	// LeaseMargin is how much longer than Timeout a claim holds the job:
+	// time to record the outcome before another relay may take it. 30 s
+	// by default.
+	LeaseMargin time.Duration
+	Schedule    Schedule
+	// Concurrency is how many attempts run at once (64 by default); the
+	// relay claims only as many jobs as it has free slots.
+	Concurrency int
+	// Batch is the most jobs one claim takes (32 by default).
+	Batch int
+	// Poll is how long the relay waits after finding nothing due (500 ms
+	// by default). Wake shortens it.
+	Poll time.Duration
+	Now  func() time.Time
+	Rand func() float64
+	Log  *slog.Logger
+	// OnOutcome, if set, is told every recorded outcome (metrics).
+	OnOutcome func(Outcome)
+}
+
+// Relay drives deliveries from one Queue. Any number of relays, in any
+// number of processes, may run on the same queue.
+type Relay struct {
+	q       Queue
+	deliver Deliverer
+	o       Options
+	wake    chan struct{}
+}
+
+// New returns a Relay; zero options take their defaults.
+func New(q Queue, deliver Deliverer, o Options) *Relay {
+	if o.LeaseMargin <= 0 {
+		o.LeaseMargin = 30 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	if o.Batch <= 0 {
+		o.Batch = 32
+	}
+	if o.Poll <= 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = defaultRand
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{q: q, deliver: deliver, o: o, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes a waiting relay look for due jobs now (a redelivery was asked
+// for). It never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx is done, then waits for the attempts in flight
+// (each ends by its deadline) and records them. A claim that fails (the
+// database is away) is retried after Poll.
+func (r *Relay) Run(ctx context.Context) {
+	slots := make(chan struct{}, r.o.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		// Wait for at least one free slot, then take as many as are free.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	fill:
+		for n < r.o.Batch {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break fill
+			}
+		}
+		jobs, err := r.claim(ctx, n)
+		for range n - len(jobs) {
+			<-slots
+		}
+		if err != nil && ctx.Err() == nil {
+			r.o.Log.Warn("outbox claim failed", "err", err.Error())
+		}
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				r.attempt(ctx, j.job, j.token, j.deadline)
+			}()
+		}
+		if len(jobs) < n {
+			// Nothing (more) due: wait, unless woken.
+			select {
+			case <-ctx.Done():
+			case <-r.wake:
+			case <-time.After(r.o.Poll):
+			}
+		}
+	}
+}
+
+type claimed struct {
+	job      Job
+	token    Token
+	deadline time.Time
+}
+
+func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
+	now := r.o.Now()
+	token := NewToken()
+	jobs, err := r.q.Claim(ctx, now, now.Add(r.o.Timeout+r.o.LeaseMargin), n, token)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claimed, len(jobs))
+	for i, j := range jobs {
+		out[i] = claimed{job: j, token: token, deadline: now.Add(r.o.Timeout)}
+	}
+	return out, nil
+}
+
+// finishBudget bounds recording an outcome after shutdown began: the
+// attempt happened, and recording it spares the receiver a repeat.
+const finishBudget = 5 * time.Second
+
+// attempt runs one delivery and records its outcome. The attempt's
+// context is not ctx: shutting down lets attempts in flight end by their
+// deadline rather than cutting them off mid-request, which would only
+// make the receiver see the same event again.
+func (r *Relay) attempt(ctx context.Context, j Job, token Token, deadline time.Time) {
+	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	a := r.deliver(actx, j)
+	cancel()
+	o := r.o.Schedule.Decide(j, a, r.o.Rand)
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishBudget)
+	defer fcancel()
+	ok, err := r.q.Finish(fctx, j, token, o)
+	switch {
+	case err != nil:
+		// The lease ends and another attempt follows: at-least-once.
+		r.o.Log.Warn("outbox outcome not recorded; the job is attempted again after its lease",
+			"id", j.ID, "err", err.Error())
+		return
+	case !ok:
+		r.o.Log.Warn("outbox claim lost before the outcome was recorded", "id", j.ID)
+		return
+	}
+	if r.o.OnOutcome != nil {
+		r.o.OnOutcome(o)
+	}
+}
+
+// ErrNoEndpoint is the attempt error of a job with nowhere to go.
+var ErrNoEndpoint = errors.New("no endpoint configured")
