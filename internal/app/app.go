@@ -51,6 +51,9 @@ type Options struct {
 	// HTTPTimeouts replaces Serve's HTTP server timeouts (slow-client
 	// tests); a zero field keeps its default.
 	HTTPTimeouts HTTPTimeouts
+	// NoEvents builds the service without its outbox: no events are
+	// written (cmd/bench measures what the outbox costs against it).
+	NoEvents bool
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -115,15 +118,20 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		_ = db.Close(relayPool)
 		return nil, err
 	}
+	ordersSvc, paymentsSvc := orders.NewService(now, nil), payments.NewService(now, nil, log)
+	if !opts.NoEvents {
+		ordersSvc.WithOutbox(notify.recorder)
+		paymentsSvc.WithOutbox(notify.recorder)
+	}
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
 		Engine:         engine,
-		Orders:         orders.NewService(now, nil).WithOutbox(notify.recorder),
+		Orders:         ordersSvc,
 		Metrics:        m,
 		APIKeys:        cfg.APIKeys,
 		IdempotencyTTL: cfg.IdempotencyTTL,
-		Payments:       payments.NewService(now, nil, log).WithOutbox(notify.recorder),
+		Payments:       paymentsSvc,
 		Verifiers:      verifiers,
 		CallbackTTL:    cfg.CallbackTTL,
 		RequestTimeout: cfg.RequestTimeout,

@@ -387,9 +387,17 @@ func TestRelayTakesOverAbandonedClaims(t *testing.T) {
 		t.Errorf("delivered after %v, before the lease ended", took)
 	}
 	late := outbox.Outcome{Attempt: outbox.Attempt{At: now}, Delivered: true}
+	var fs []outbox.Finished
 	for _, j := range jobs {
-		if ok, err := q.Finish(context.Background(), j, token, late); ok || err != nil {
-			t.Errorf("%s: the dead relay's outcome was recorded (%t, %v)", j.ID, ok, err)
+		fs = append(fs, outbox.Finished{Job: j, Token: token, Outcome: late})
+	}
+	held, err := q.Finish(context.Background(), fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range jobs {
+		if held[i] {
+			t.Errorf("%s: the dead relay's outcome was recorded", j.ID)
 		}
 		if n := len(attemptsOf(t, d, j.ID)); n != 1 || rcv.hitsOf(j.ID) != 1 {
 			t.Errorf("%s: %d attempts recorded, %d received; want 1, 1", j.ID, n, rcv.hitsOf(j.ID))

@@ -86,14 +86,22 @@ type Outcome struct {
 	Retries int
 }
 
+// Finished is an attempted job, its claim's token and its outcome.
+type Finished struct {
+	Job     Job
+	Token   Token
+	Outcome Outcome
+}
+
 // Queue is a table of jobs.
 type Queue interface {
 	// Claim takes up to n jobs due at now, holding them until leaseEnd
 	// under token.
 	Claim(ctx context.Context, now, leaseEnd time.Time, n int, token Token) ([]Job, error)
-	// Finish records o for j if token still holds it; false if the claim
-	// was lost (the lease ended and another relay took the job).
-	Finish(ctx context.Context, j Job, token Token, o Outcome) (bool, error)
+	// Finish records the outcomes of fs, all or none, each only where its
+	// token still holds the job; held[i] is false where the claim was lost
+	// (the lease ended and another relay took the job).
+	Finish(ctx context.Context, fs []Finished) (held []bool, err error)
 }
 
 // Deliverer attempts one job; ctx carries the attempt's deadline.
