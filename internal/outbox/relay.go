@@ -13,8 +13,9 @@ type Options struct {
 	// Timeout is an attempt's deadline, counted from its claim.
 	Timeout time.Duration
 	// LeaseMargin is how much longer than Timeout a claim holds the job:
-	// time to record the outcome before another relay may take it. 30 s
-	// by default.
+	// time to record the outcome (finishBudget at most) before another
+	// relay may take it. 10 s by default; it is also how long the jobs of
+	// a relay that died wait beyond the timeout before another takes them.
 	LeaseMargin time.Duration
 	Schedule    Schedule
 	// Concurrency is how many attempts run at once (64 by default); the
@@ -51,7 +52,7 @@ const finishBatch = 64
 // New returns a Relay; zero options take their defaults.
 func New(q Queue, deliver Deliverer, o Options) *Relay {
 	if o.LeaseMargin <= 0 {
-		o.LeaseMargin = 30 * time.Second
+		o.LeaseMargin = 2 * finishBudget
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 64
