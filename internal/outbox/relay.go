@@ -84,10 +84,21 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Run delivers until ctx is done, then waits for the attempts in flight
-// (each ends by its deadline) and records them. A claim that fails (the
-// database is away) is retried after Poll.
+// Run delivers until ctx is done, then lets the attempts in flight run for
+// up to shutdownGrace more (an attempt cut short is a failed attempt,
+// retried on the schedule) and records them. A claim that fails (the
+// database is away) is retried after Poll, backing off to maxClaimBackoff
+// while it keeps failing.
 func (r *Relay) Run(ctx context.Context) {
+	// Attempts outlive ctx by shutdownGrace: cutting them off at once
+	// would only make their receivers see them again.
+	actx, cancelAttempts := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAttempts()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(shutdownGrace, cancelAttempts)
+		context.AfterFunc(actx, func() { t.Stop() })
+	})
+	defer stopGrace()
 	slots := make(chan struct{}, r.o.Concurrency)
 	// wg counts the attempts not yet recorded; each holds its slot until
 	// the finisher has recorded it.
@@ -100,6 +111,7 @@ func (r *Relay) Run(ctx context.Context) {
 		close(finished)
 		<-finisherDone
 	}()
+	failures := 0 // consecutive failed claims
 	for ctx.Err() == nil {
 		// Wait for at least one free slot, then take as many as are free.
 		select {
@@ -121,19 +133,25 @@ func (r *Relay) Run(ctx context.Context) {
 		for range n - len(jobs) {
 			<-slots
 		}
-		if err != nil && ctx.Err() == nil {
-			r.o.Log.Warn("outbox claim failed", "err", err.Error())
+		wait := r.o.Poll
+		switch {
+		case err != nil && ctx.Err() == nil:
+			failures++
+			wait = min(r.o.Poll<<min(failures, 10), maxClaimBackoff)
+			r.o.Log.Warn("outbox claim failed", "err", err.Error(), "consecutive", failures, "retry_in", wait.String())
+		case err == nil:
+			failures = 0
 		}
 		for _, j := range jobs {
 			wg.Add(1)
-			go func() { finished <- r.attempt(ctx, j.job, j.token, j.deadline) }()
+			go func() { finished <- r.attempt(actx, j.job, j.token, j.deadline) }()
 		}
 		if len(jobs) < n {
 			// Nothing (more) due: wait, unless woken.
 			select {
 			case <-ctx.Done():
 			case <-r.wake:
-			case <-time.After(r.o.Poll):
+			case <-time.After(wait):
 			}
 		}
 	}
@@ -164,12 +182,16 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 // repeat.
 const finishBudget = 5 * time.Second
 
-// attempt runs one delivery and decides its outcome. The attempt's
-// context is not ctx: shutting down lets attempts in flight end by their
-// deadline rather than cutting them off mid-request, which would only
-// make the receiver see the same event again.
+// Shutdown and failure bounds of Run.
+const (
+	shutdownGrace   = 5 * time.Second
+	maxClaimBackoff = 5 * time.Second
+)
+
+// attempt runs one delivery (ctx is Run's attempt context) and decides its
+// outcome.
 func (r *Relay) attempt(ctx context.Context, j Job, token Token, deadline time.Time) Finished {
-	actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	a := r.deliver(actx, j)
 	cancel()
 	return Finished{Job: j, Token: token, Outcome: r.o.Schedule.Decide(j, a, r.o.Rand)}
