@@ -270,7 +270,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionCallbacks] {
 		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
-		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
+		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; order SELECT … FOR UPDATE; event INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
 		stopProfile, err := b.startCPUProfile()
 		if err != nil {
 			return err

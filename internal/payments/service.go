@@ -118,7 +118,8 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
-// UPDATE (CREATED → PAID), ledger INSERT = 3 statements. The payment row
+// UPDATE (CREATED → PAID), ledger INSERT = 3 statements, and the outbox's
+// 2 (the order's locking read, the order.paid INSERT). The payment row
 // is written first: it claims the provider transaction, and the payment row
 // comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
