@@ -383,6 +383,8 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 		Replace(reqExample("receiveCallback", "refund_succeeded"))
 	expect("callback (request example refund_succeeded)", e.callback(t, providerStripe, testSecret, "", settled), 200)
 	e.merchant(t, "GET", "/v1/orders/"+order, "", "")
+
+	produceEventSituations(t, e)
 }
 
 // inFlight answers a merchant request whose key is held by a request

@@ -178,6 +178,8 @@ func TestOperationXIdempotency(t *testing.T) {
 		"POST /v1/orders":                    {"key": "header", "required": true},
 		"POST /v1/orders/{order_no}/cancel":  {"key": "header", "required": true},
 		"POST /v1/orders/{order_no}/refunds": {"key": "header", "required": true},
+		// CONTRACT §10 (v2).
+		"POST /v1/events/{id}/redeliver": {"key": "header", "required": true},
 		"POST /v1/callbacks/{provider}": {
 			"key": "derived", "template": "{provider}:{type}:{txn_id}", "fingerprint": "sha256 of canonical data",
 		},

@@ -1,7 +1,9 @@
 // Package migrations embeds the schema: golang-migrate files, one DDL
 // statement each, because MySQL commits DDL at once and a half-applied
-// multi-statement file would leave the schema dirty. The SQL files own the
-// schema; nothing calls AutoMigrate.
+// multi-statement file would leave the schema dirty. The one exception,
+// 000006 (events and their attempts under one number), uses IF NOT EXISTS
+// so that it can be applied again after an interruption. The SQL files own
+// the schema; nothing calls AutoMigrate.
 package migrations
 
 import "embed"

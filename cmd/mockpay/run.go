@@ -29,6 +29,9 @@ Usage:
         cancel and refund some, check the result (mockpay run --help)
   mockpay run --orders-file F [flags]
         pay the orders listed in F, one "ORDER_NO AMOUNT CURRENCY" per line
+  mockpay receive [flags]
+        play a merchant's endpoint for paysvc's notifications: verify, dedup
+        by webhook-id, count (mockpay receive --help)
   mockpay --help
 
 trigger flags:
@@ -87,6 +90,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return trigger(ctx, args[1:], getenv, stdout, stderr)
 	case "run":
 		return runCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "receive":
+		return receive(ctx, args[1:], getenv, stdout, stderr)
 	}
 	return usageError("unknown command %q", args[0])
 }

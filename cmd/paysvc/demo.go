@@ -24,6 +24,9 @@ const (
 	demoAPIKey   = "demo-api-key-0123456789"
 	demoProvider = "mockpay"
 	demoSecret   = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	// demoNotifySecret signs the demo merchant's notifications when
+	// PAYSVC_NOTIFY_ENDPOINTS gives it no endpoint of its own.
+	demoNotifySecret = "whsec_ZGVtby1ub3RpZnktc2VjcmV0LTAxMjM0NTY3"
 )
 
 // demoCmd is the tour: it starts the service on a loopback port against
@@ -44,6 +47,11 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	// The service's own logs would drown the tour (every duplicate payment
 	// is a warning, and the tour makes them on purpose): errors only.
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	receiver, stopReceiver, err := demoReceiver(&cfg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer stopReceiver()
 	progress("opening %s (created and migrated if missing)", redactedAddr(cfg))
 	a, err := app.Open(ctx, cfg, log, app.Options{})
 	if err != nil {
@@ -71,6 +79,8 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	fmt.Fprintln(stdout)
 	rep.Print(stdout)
 	printIdempotencyOutcomes(stdout, a)
+
+	printNotifications(ctx, stdout, a, receiver, progress)
 
 	progress("reconciling the books")
 	books, err := reconcile.Run(ctx, a.DB)

@@ -39,6 +39,7 @@ type App struct {
 	Handler  http.Handler
 	now      func() time.Time
 	timeouts HTTPTimeouts
+	notify   *notifications // events and their relay (outbox.go)
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -50,6 +51,9 @@ type Options struct {
 	// HTTPTimeouts replaces Serve's HTTP server timeouts (slow-client
 	// tests); a zero field keeps its default.
 	HTTPTimeouts HTTPTimeouts
+	// NoEvents builds the service without its outbox: no events are
+	// written (cmd/bench measures what the outbox costs against it).
+	NoEvents bool
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -101,22 +105,42 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	m := metrics.New()
+	relayPool, err := db.OpenPool(dbcfg, relayConns)
+	if err != nil {
+		_ = db.Close(gdb)
+		_ = db.Close(reserve)
+		return nil, err
+	}
+	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
+	if err != nil {
+		_ = db.Close(gdb)
+		_ = db.Close(reserve)
+		_ = db.Close(relayPool)
+		return nil, err
+	}
+	ordersSvc, paymentsSvc := orders.NewService(now, nil), payments.NewService(now, nil, log)
+	if !opts.NoEvents {
+		ordersSvc.WithOutbox(notify.recorder)
+		paymentsSvc.WithOutbox(notify.recorder)
+	}
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
 		Engine:         engine,
-		Orders:         orders.NewService(now, nil),
+		Orders:         ordersSvc,
 		Metrics:        m,
 		APIKeys:        cfg.APIKeys,
 		IdempotencyTTL: cfg.IdempotencyTTL,
-		Payments:       payments.NewService(now, nil, log),
+		Payments:       paymentsSvc,
 		Verifiers:      verifiers,
 		CallbackTTL:    cfg.CallbackTTL,
 		RequestTimeout: cfg.RequestTimeout,
 		Reserve:        reserve,
+		Now:            now,
+		WakeRelay:      notify.relay.Wake,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout)}, nil
+		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -165,11 +189,18 @@ func Verifiers(secrets map[string][]string, tolerance time.Duration, now func() 
 	return out, nil
 }
 
-// Purge runs one retention pass and counts what it removed.
+// Purge runs one retention pass and counts what it removed: expired
+// idempotency records, then events past PAYSVC_EVENT_TTL with their
+// attempts.
 func (a *App) Purge(ctx context.Context) (int64, error) {
-	return idempotency.Purge(ctx, a.DB, a.now(), a.Config.PurgeBatch, func(deleted int64) {
+	n, err := idempotency.Purge(ctx, a.DB, a.now(), a.Config.PurgeBatch, func(deleted int64) {
 		a.Metrics.Purged.Add(float64(deleted))
 	})
+	if err != nil {
+		return n, err
+	}
+	m, err := a.purgeEvents(ctx)
+	return n + m, err
 }
 
 // purgeLoop purges every PAYSVC_PURGE_INTERVAL until ctx is done.
@@ -197,7 +228,13 @@ func (a *App) purgeLoop(ctx context.Context) {
 }
 
 // Close releases the database pools.
-func (a *App) Close() error { return errors.Join(db.Close(a.DB), db.Close(a.Reserve)) }
+func (a *App) Close() error {
+	err := errors.Join(db.Close(a.DB), db.Close(a.Reserve))
+	if a.notify != nil {
+		err = errors.Join(err, db.Close(a.notify.pool))
+	}
+	return err
+}
 
 // HTTP server timeouts (README.md, "Configuration"). A client gets
 // ReadHeaderTimeout to send its headers and ReadTimeout for the whole
@@ -285,6 +322,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer func() { stopPurge(); <-purgeDone }()
 	go func() { defer close(purgeDone); a.purgeLoop(purgeCtx) }()
+	if a.notify != nil {
+		// The relay stops with the purge loop. Events still pending then
+		// stay due in the table: another instance, or this one after a
+		// restart, delivers them.
+		relayDone := make(chan struct{})
+		defer func() { stopPurge(); <-relayDone }()
+		go func() { defer close(relayDone); a.relayLoop(purgeCtx) }()
+	}
 	a.Log.Info("listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:

@@ -39,6 +39,9 @@ const (
 	// SectionRoundTrips lists the statements the server receives per
 	// request, through a recording proxy (a few requests, no timing).
 	SectionRoundTrips = "roundtrips"
+	// SectionOutbox compares callbacks with and without the outbox and
+	// times the relay (issue 12).
+	SectionOutbox = "outbox"
 )
 
 var sectionAliases = map[string]string{
@@ -47,6 +50,7 @@ var sectionAliases = map[string]string{
 	"d": SectionStorage, SectionStorage: SectionStorage,
 	"e": SectionPurge, SectionPurge: SectionPurge,
 	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
+	"f": SectionOutbox, SectionOutbox: SectionOutbox,
 }
 
 // Options are the command's flags.
@@ -75,7 +79,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -128,7 +132,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -164,6 +168,7 @@ type Report struct {
 	Orders     []Comparison
 	Storage    []Storage
 	Purge      *Purge
+	Outbox     *Outbox
 }
 
 type bench struct {
@@ -227,6 +232,14 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		rep.Purge = &p
 		printPurge(stdout, p)
 	}
+	if !opts.Skip[SectionOutbox] {
+		fmt.Fprintf(stdout, "\n== (f) outbox: payment.succeeded callbacks without vs with the outbox (relay delivering meanwhile); the relay alone ==\n")
+		o, err := b.outboxSection(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("outbox: %w", err)
+		}
+		rep.Outbox = &o
+	}
 	rep.Machine.LoadEnd = loadAvg()
 	b.summary(rep)
 	return rep, nil
@@ -257,7 +270,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionCallbacks] {
 		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
-		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
+		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; order SELECT … FOR UPDATE; event INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
 		stopProfile, err := b.startCPUProfile()
 		if err != nil {
 			return err
@@ -375,6 +388,13 @@ func (b *bench) summary(rep *Report) {
 	if p := rep.Purge; p != nil {
 		fmt.Fprintf(w, "  purge     writer p99 %sms → %sms during purge: %.2f× (%s); %.0f rows/s\n",
 			ms(p.BaselineP99), ms(p.PurgeP99), p.P99Ratio, metMissed(p.Met), p.MedianRowsPerSecond)
+	}
+	if o := rep.Outbox; o != nil {
+		for _, c := range o.Callbacks {
+			fmt.Fprintf(w, "  outbox    N=%-3d callbacks without %8.1f ops/s | with %8.1f ops/s | with/without %.2f (%s)\n",
+				c.N, c.Raw.MedianRate, c.Service.MedianRate, c.ThroughputRatio, metMissed(c.ThroughputMet))
+		}
+		fmt.Fprintf(w, "  relay     %.0f events/s to a local receiver (%s)\n", o.RelayMed, metMissed(o.RelayMed >= RelayTarget))
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
 }

@@ -46,7 +46,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"command: go run ./cmd/bench -quick", "machine: ", "server:  ", "== round trips",
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
-		"== (d) storage", "== (e) purge under load", "== summary",
+		"== (d) storage", "== (e) purge under load", "== (f) outbox", "== summary",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -132,6 +132,20 @@ func TestQuickRun(t *testing.T) {
 	}
 	if !(p.BaselineP99 > 0 && p.PurgeP99 > 0 && p.P99Ratio > 0) || math.IsInf(p.P99Ratio, 0) {
 		t.Errorf("purge: p99 %v → %v, ratio %v", p.BaselineP99, p.PurgeP99, p.P99Ratio)
+	}
+
+	if o := rep.Outbox; o == nil {
+		t.Error("no outbox result")
+	} else {
+		if len(o.Callbacks) != len(opts.Ns) || len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
+			t.Errorf("outbox: %d comparisons, %d relay rounds, median %v", len(o.Callbacks), len(o.Relay), o.RelayMed)
+		}
+		for _, c := range o.Callbacks {
+			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {
+				t.Errorf("outbox N=%d: errors %d/%d (first: %s / %s), ratio %v", c.N, c.Raw.Errs, c.Service.Errs,
+					c.Raw.FirstErr, c.Service.FirstErr, c.ThroughputRatio)
+			}
+		}
 	}
 
 	// The scratch database is gone.

@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/orders"
 )
 
 // Sections (a) and (b): payment.succeeded callbacks, a third of them
@@ -68,7 +71,8 @@ func (m *mix[T]) succeeded(v T) {
 
 // rawCallbackOp is the raw-SQL limit of a callback: exactly the statements
 // paysvc issues for a first delivery (claim; BEGIN, payment INSERT, order
-// UPDATE, ledger INSERT, fence, COMMIT = 7 round trips) and for a replay
+// UPDATE, ledger INSERT, the order's locking read and the order.paid event
+// INSERT of the outbox, fence, COMMIT = 9 round trips) and for a replay
 // (claim → 1062, SELECT = 2), with database/sql and no HTTP. Like the
 // service, it hashes the key and the request and encodes the response it
 // stores (codec): the bytes the server receives are the service's.
@@ -114,6 +118,9 @@ func rawCallbackFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec
 		if _, err := tx.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
 			amount, currency, at); err != nil {
 			return fmt.Errorf("ledger: %w", err)
+		}
+		if err := rawOrderPaidEvent(ctx, tx, ev.orderNo, at); err != nil {
+			return err
 		}
 		format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
 			Body: callbackResponse(ev.orderNo)})
@@ -223,4 +230,31 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 		}
 		return kind, nil
 	}
+}
+
+// rawOrderPaidEvent is the outbox's part of a first payment (CONTRACT
+// §10): the order's locking read and the order.paid event's INSERT, its
+// data rendered as the service renders it (no merchant endpoint in this
+// section: delivery none).
+func rawOrderPaidEvent(ctx context.Context, tx *sql.Tx, orderNo string, at time.Time) error {
+	var (
+		o      orders.Order
+		mon    []byte
+		paidAt sql.NullTime
+	)
+	if err := tx.QueryRowContext(ctx, sqlOrderForUpdate, orderNo).Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status,
+		&o.Amount, &o.Currency, &o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version,
+		&o.CreatedAt, &o.UpdatedAt, &paidAt); err != nil {
+		return fmt.Errorf("order for the event: %w", err)
+	}
+	o.MerchantOrderNo = string(mon)
+	if paidAt.Valid {
+		o.PaidAt = &paidAt.Time
+	}
+	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
+	if _, err := tx.ExecContext(ctx, sqlInsertEvent, events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data,
+		events.DeliveryNone, nil); err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	return nil
 }

@@ -35,6 +35,12 @@ type service struct {
 // the server and its connections — inherits the profiler label side=server,
 // so a CPU profile tells it apart from the benchmark's clients.
 func startService(ctx context.Context, dsn string, maxWorkers int) (*service, error) {
+	return startServiceWith(ctx, dsn, maxWorkers, nil, app.Options{})
+}
+
+// startServiceWith is startService with tune (nil: none) applied to the
+// configuration and opts passed to app.Open.
+func startServiceWith(ctx context.Context, dsn string, maxWorkers int, tune func(*config.Config), opts app.Options) (*service, error) {
 	key := make([]byte, 32)
 	_, _ = crand.Read(key)
 	secretText := "whsec_" + base64.StdEncoding.EncodeToString(key)
@@ -47,6 +53,9 @@ func startService(ctx context.Context, dsn string, maxWorkers int) (*service, er
 	cfg.APIKeys = map[string]string{apiKey: merchantID}
 	cfg.WebhookSecrets = map[string][]string{provider: {secretText}}
 	cfg.LogLevel = slog.LevelError
+	if tune != nil {
+		tune(&cfg)
+	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,7 +71,7 @@ func startService(ctx context.Context, dsn string, maxWorkers int) (*service, er
 	pprof.Do(ctx, pprof.Labels("side", "server"), func(ctx context.Context) {
 		openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		a, openErr = app.Open(openCtx, cfg, log, app.Options{})
+		a, openErr = app.Open(openCtx, cfg, log, opts)
 		if openErr != nil {
 			return
 		}

@@ -44,3 +44,14 @@ const (
 	statusProcessing = 1
 	statusCompleted  = 2
 )
+
+// The statement internal/orders/store.go, GetForUpdate, assembles (the
+// outbox reads the order it has just paid, to render data.order).
+const sqlOrderForUpdate = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
+       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
+  FROM orders` + ` WHERE order_no = ? FOR UPDATE`
+
+// The statement internal/events/record.go, Recorder.insert, assembles for
+// one event.
+const sqlInsertEvent = `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
+	`(?, ?, ?, ?, ?, ?, ?)`

@@ -51,6 +51,7 @@ type Config struct {
 	LogLevel         slog.Level          // PAYSVC_LOG_LEVEL
 	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
 	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
+	Notify           Notify              // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
 }
 
 const (
@@ -103,6 +104,7 @@ func Defaults() Config {
 		LogLevel:         slog.LevelInfo,
 		DBMaxConns:       32,
 		RequestTimeout:   10 * time.Second,
+		Notify:           defaultNotify(),
 	}
 }
 
@@ -134,6 +136,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.logLevel(&c.LogLevel)
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
+	l.notify(&c.Notify)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -524,6 +527,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Int("db_max_conns", c.DBMaxConns),
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
+		slog.Any("notify", notifyLog(c.Notify)),
 	)
 }
 

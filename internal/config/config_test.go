@@ -23,6 +23,7 @@ var allVars = []string{
 	envDSN, envAddr, envAPIKeys, envWebhookSecrets, envWebhookTolerance,
 	envIdempotencyTTL, envCallbackTTL, envLease, envInFlight, envInFlightWait,
 	envPurgeInterval, envPurgeBatch, envAutoMigrate, envShutdownTimeout, envLogLevel, envDBMaxConns, envRequestTimeout,
+	envNotifyEndpoints, envNotifyTimeout, envNotifySchedule, envEventTTL,
 }
 
 // Secrets used below. The Standard Webhooks test-vector secret is unpadded
@@ -56,6 +57,13 @@ func TestDefaultsAreTheContract(t *testing.T) {
 		LogLevel:         slog.LevelInfo,
 		DBMaxConns:       32,
 		RequestTimeout:   10 * time.Second,
+		Notify: Notify{
+			Endpoints: map[string]Endpoint{},
+			Timeout:   15 * time.Second,
+			Schedule: []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
+				5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
+			EventTTL: 720 * time.Hour,
+		},
 	}
 	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Defaults() = %#v\nwant %#v", got, want)
@@ -462,6 +470,8 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"log_level":         "INFO",
 		"db_max_conns":      32.0,
 		"request_timeout":   "10s",
+		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
+			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)

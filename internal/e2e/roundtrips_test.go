@@ -63,8 +63,10 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"create order, replay", 2, func() { must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders", "rt-1", body)) }},
 		// one SELECT
 		{"get order", 1, func() { must(http.StatusOK)(s.merchant(ctx, "GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
-		// claim, BEGIN, payment INSERT, order UPDATE, ledger INSERT, fence, COMMIT
-		{"payment callback, first", 7, func() {
+		// claim, BEGIN, payment INSERT, order UPDATE, ledger INSERT, the
+		// order's locking read and the order.paid INSERT (the outbox,
+		// CONTRACT §10), fence, COMMIT
+		{"payment callback, first", 9, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},
 		{"payment callback, replay", 2, func() {

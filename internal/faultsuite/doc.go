@@ -65,6 +65,20 @@
 // fresh create with 201 at the first attempt (a burst of them, so that the
 // whole pool is exercised) and /readyz with 200.
 //
+// # TestOutboxSIGKILLMidDelivery
+//
+// Three serve processes relay one events table (600 pending events) to a
+// receiver that takes 100 ms per delivery; one is SIGKILLed once a third
+// of the deliveries have arrived, with its claimed events in flight.
+// Proves the outbox's crash story (CONTRACT §10): the dead relay's claims
+// come due when their lease ends (PAYSVC_NOTIFY_TIMEOUT=2s + the 10 s
+// margin) and the others deliver them: every event reaches the receiver
+// (a repeat is allowed, at-least-once; a gap is not), no two attempts of
+// one event overlap at the receiver, and every event ends delivered. The
+// log says how many repeats the kill caused (the attempts in flight whose
+// outcome the dead relay never recorded). About 14 s, most of it the
+// lease running out.
+//
 // # Running one after the other, not in parallel
 //
 // The tests do not call t.Parallel. On the 2-core CI runner the serve

@@ -34,7 +34,8 @@ type callbackJSON struct {
 // (readBody), signature (401), event (400), then the idempotency engine
 // with the derived key {provider}:{type}:{txn_id} and the fingerprint of
 // data. A payment applied on first delivery: claim, BEGIN, payment INSERT,
-// order UPDATE, ledger INSERT, fence, COMMIT = 7 round trips; a replay: 2.
+// order UPDATE, ledger INSERT, order locking read and event INSERT (the
+// outbox), fence, COMMIT = 9 round trips; a replay: 2.
 func (s *server) callback(c *gin.Context) {
 	provider := c.Param("provider")
 	verifier, known := s.verifiers[provider]

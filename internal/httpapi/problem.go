@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -51,6 +52,7 @@ var problemKinds = []problemKind{
 	{orders.ErrIllegalTransition, http.StatusConflict, "illegal_transition", "Illegal state transition"},
 	{payments.ErrRefundExists, http.StatusConflict, "refund_exists", "Refund already exists"},
 	{orders.ErrRefundExceedsAmount, http.StatusUnprocessableEntity, "refund_exceeds_amount", "Refund exceeds the refundable amount"},
+	{events.ErrNotFound, http.StatusNotFound, "event_not_found", "Event not found"},
 	{payments.ErrRetryLater, http.StatusConflict, "retry_later", "Event arrived before what it depends on; retry later"},
 	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},

@@ -53,8 +53,7 @@ func (s *server) createRefund(c *gin.Context) {
 		return businessResponse(idempotency.Response{
 			Status:      201,
 			ContentType: contentTypeJSON,
-			Body: marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, MerchantRefundNo: r.MerchantRefundNo,
-				Amount: r.Amount, Status: r.Status, CreatedAt: formatTime(r.CreatedAt)}),
+			Body:        RefundBody(r),
 		}, err)
 	})
 }

@@ -45,6 +45,10 @@ type Deps struct {
 	// Reserve is the small pool kept apart from DB; readiness pings it, so
 	// that a saturated request pool does not read as a lost database.
 	Reserve *gorm.DB
+	// Now is the clock of redeliveries (time.Now when nil); WakeRelay, if
+	// set, tells the local relay that a redelivery is due (CONTRACT §10).
+	Now       func() time.Time
+	WakeRelay func()
 }
 
 type server struct {
@@ -60,6 +64,9 @@ type server struct {
 	payments    *payments.Service
 	verifiers   map[string]*webhooks.Verifier
 	callbackTTL time.Duration
+
+	now       func() time.Time
+	wakeRelay func()
 }
 
 // New builds the router.
@@ -77,6 +84,12 @@ func New(d Deps) *gin.Engine {
 		payments:    d.Payments,
 		verifiers:   d.Verifiers,
 		callbackTTL: d.CallbackTTL,
+
+		now:       d.Now,
+		wakeRelay: d.WakeRelay,
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -104,6 +117,9 @@ func New(d Deps) *gin.Engine {
 	merchant.GET("/orders/:order_no", s.getOrder)
 	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)
 	merchant.POST("/orders/:order_no/refunds", s.createRefund)
+	merchant.GET("/events", s.listEvents)
+	merchant.GET("/events/:id", s.getEvent)
+	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }

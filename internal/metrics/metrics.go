@@ -22,6 +22,15 @@ type Metrics struct {
 	Purged prometheus.Counter
 	// HTTPDuration{method,route,code}; route is the template.
 	HTTPDuration *prometheus.HistogramVec
+
+	// Outbox (CONTRACT §10): NotifyAttempts{result} counts delivery
+	// attempts (delivered, failed); NotifyExhausted the events whose
+	// schedule ran out; OutboxPending and OutboxOldestPending (seconds
+	// since the oldest pending event was created) describe the backlog.
+	NotifyAttempts      *prometheus.CounterVec
+	NotifyExhausted     prometheus.Counter
+	OutboxPending       prometheus.Gauge
+	OutboxOldestPending prometheus.Gauge
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -49,5 +58,25 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(m.IdempotencyRequests, m.Callbacks, m.Purged, m.HTTPDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.NotifyAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_notify_attempts_total",
+		Help: "Merchant notification attempts by result (delivered, failed).",
+	}, []string{"result"})
+	m.NotifyExhausted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_notify_exhausted_total",
+		Help: "Events whose delivery failed after the last retry of the schedule.",
+	})
+	m.OutboxPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "paysvc_outbox_pending",
+		Help: "Events awaiting a delivery.",
+	})
+	m.OutboxOldestPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "paysvc_outbox_oldest_pending_seconds",
+		Help: "Age of the oldest event awaiting a delivery; 0 when none is.",
+	})
+	m.Registry.MustRegister(m.NotifyAttempts, m.NotifyExhausted, m.OutboxPending, m.OutboxOldestPending)
+	// Both results exist from the start, so a rate over them is defined.
+	m.NotifyAttempts.WithLabelValues("delivered")
+	m.NotifyAttempts.WithLabelValues("failed")
 	return m
 }

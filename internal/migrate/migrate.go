@@ -22,6 +22,11 @@ func open(cfg *mysql.Config) (*migrate.Migrate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
+	// multiStatements on this connection only: 000006 creates the events
+	// table and its attempts under one migration number. Request traffic
+	// never runs with it.
+	cfg = cfg.Clone()
+	cfg.MultiStatements = true
 	conn, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		return nil, fmt.Errorf("open migration connection: %w", err)

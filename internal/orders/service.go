@@ -29,6 +29,7 @@ type CreateInput struct {
 type Service struct {
 	now     func() time.Time
 	orderNo func() string
+	outbox  Outbox // nil: no events
 }
 
 // NewService returns a Service; nil arguments take time.Now and NewOrderNo.
@@ -66,7 +67,8 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, merchantID string, in
 }
 
 // Cancel closes a CREATED order. 2 statements: the conditional UPDATE, then
-// a read of the row as it now is (to answer, or to tell 404 from 409).
+// a read of the row as it now is (to answer, or to tell 404 from 409); with
+// an outbox, a third: the order.closed event's INSERT.
 func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	t := Transition{OrderNo: orderNo, MerchantID: merchantID, From: Created, To: Closed, At: s.now().UTC()}
 	terr := t.Apply(ctx, tx)
@@ -79,6 +81,11 @@ func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, merchantID, orderNo s
 	}
 	if terr != nil {
 		return o, fmt.Errorf("cancel order %s in state %s: %w", orderNo, o.Status, ErrIllegalTransition)
+	}
+	if s.outbox != nil {
+		if err := s.outbox.OrderClosed(ctx, tx, o, "cancelled"); err != nil {
+			return Order{}, err
+		}
 	}
 	return o, nil
 }

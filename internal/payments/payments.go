@@ -20,7 +20,9 @@
 //  2. orders: the order's row, by a conditional UPDATE or GetForUpdate;
 //  3. refunds: the refund's row (inserted on creation, locked on
 //     settlement);
-//  4. ledger_entries: inserted last of the business rows;
+//  4. ledger_entries: inserted last of the business rows, then the
+//     change's events (package events; a relay's claim skips locked rows
+//     and takes no gap locks, so it never makes that insert wait);
 //  5. idempotency_records: the engine's fence UPDATE ends every business
 //     transaction (the claim before it is autocommitted and holds nothing).
 //

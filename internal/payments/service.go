@@ -25,6 +25,7 @@ type Service struct {
 	now      func() time.Time
 	refundNo func() string
 	log      *slog.Logger
+	outbox   Outbox // nil: no events
 }
 
 // NewService returns a Service; nil arguments take defaults.
@@ -117,7 +118,8 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
-// UPDATE (CREATED → PAID), ledger INSERT = 3 statements. The payment row
+// UPDATE (CREATED → PAID), ledger INSERT = 3 statements, and the outbox's
+// 2 (the order's locking read, the order.paid INSERT). The payment row
 // is written first: it claims the provider transaction, and the payment row
 // comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
@@ -141,6 +143,11 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	if err == nil {
 		if err := insertLedger(ctx, tx, provider, ledgerPayment, ev.TxnID, ev.OrderNo, ev.Amount, ev.Currency, at); err != nil {
 			return "", err
+		}
+		if s.outbox != nil {
+			if err := s.outbox.OrderPaid(ctx, tx, ev.OrderNo); err != nil {
+				return "", err
+			}
 		}
 		return Applied, nil
 	}
@@ -169,7 +176,16 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	s.log.WarnContext(ctx, "payment not applied; refund it", "provider", provider, "txn_id", ev.TxnID,
 		"order_no", ev.OrderNo, "result", string(result), "order_status", string(o.Status),
 		"amount", ev.Amount, "currency", ev.Currency)
-	return result, setPaymentResult(ctx, tx, provider, ev.TxnID, result)
+	if err := setPaymentResult(ctx, tx, provider, ev.TxnID, result); err != nil {
+		return "", err
+	}
+	if s.outbox != nil {
+		p := FlaggedPayment{Provider: provider, TxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Result: result}
+		if err := s.outbox.PaymentFlagged(ctx, tx, o, p); err != nil {
+			return "", err
+		}
+	}
+	return result, nil
 }
 
 // paymentFailed records a failed attempt; only a CREATED order cares.
@@ -258,13 +274,29 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		// This provider transaction already settled another refund.
 		return AmountMismatch, nil
 	}
+	r.Status, r.Provider, r.TxnID = settledStatus(ev.Type), provider, ev.TxnID
 	if ev.Type == RefundFailed {
-		return Applied, orders.ReleaseRefund(ctx, tx, o, r.Amount, at)
+		if err := orders.ReleaseRefund(ctx, tx, o, r.Amount, at); err != nil {
+			return "", err
+		}
+		// The order as the guarded UPDATE left it.
+		o.PendingRefundAmount -= r.Amount
+		o.Version++
+		o.UpdatedAt = at
+	} else {
+		if o, err = orders.SettleRefund(ctx, tx, o, r.Amount, at); err != nil {
+			return "", err
+		}
+		if err := insertLedger(ctx, tx, provider, ledgerRefund, ev.TxnID, o.OrderNo, r.Amount, o.Currency, at); err != nil {
+			return "", err
+		}
 	}
-	if _, err := orders.SettleRefund(ctx, tx, o, r.Amount, at); err != nil {
-		return "", err
+	if s.outbox != nil {
+		if err := s.outbox.RefundSettled(ctx, tx, o, r); err != nil {
+			return "", err
+		}
 	}
-	return Applied, insertLedger(ctx, tx, provider, ledgerRefund, ev.TxnID, o.OrderNo, r.Amount, o.Currency, at)
+	return Applied, nil
 }
 
 // recordTxn writes the payment row of a provider transaction, tentatively

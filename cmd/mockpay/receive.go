@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/mockpay"
+	"github.com/paysvc/paysvc/internal/webhooks"
+)
+
+const receiveUsage = `mockpay receive [flags]
+        play the merchant's webhook endpoint for paysvc's notifications
+        (CONTRACT §10): verify each delivery's Standard Webhooks signature,
+        dedup by webhook-id, and print what was received every --every and
+        at exit (SIGINT/SIGTERM)
+
+receive flags:
+  --addr ADDR          listen address (default :9090); the endpoint is any path
+  --refuse R           answer 503 to this fraction of first attempts (default 0.1)
+  --lose R             process, then answer 500 to this fraction of first
+                       attempts, so that paysvc repeats them (default 0.05)
+  --every D            print the counts this often (default 10s; 0: only at exit)
+
+Environment:
+  MOCKPAY_NOTIFY_SECRETS  the merchant's notification secrets, whsec_...,
+                          space-separated: those of its PAYSVC_NOTIFY_ENDPOINTS entry
+`
+
+// receive runs mockpay.Receiver until ctx ends.
+func receive(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("receive")
+	addr := fs.String("addr", ":9090", "")
+	refuse := fs.Float64("refuse", 0.1, "")
+	lose := fs.Float64("lose", 0.05, "")
+	every := fs.Duration("every", 10*time.Second, "")
+	if _, err := parseInterspersed(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, receiveUsage)
+			return nil
+		}
+		return usageError("receive: %v", err)
+	}
+	if *refuse < 0 || *refuse > 1 || *lose < 0 || *lose > 1 {
+		return usageError("receive: --refuse and --lose are fractions from 0 to 1")
+	}
+	raw := strings.Fields(getenv("MOCKPAY_NOTIFY_SECRETS"))
+	if len(raw) == 0 {
+		return configError(errors.New("MOCKPAY_NOTIFY_SECRETS is not set: the merchant's whsec_... secrets of PAYSVC_NOTIFY_ENDPOINTS"))
+	}
+	secrets := make([]webhooks.Secret, len(raw))
+	for i, r := range raw {
+		s, err := webhooks.ParseSecret(r)
+		if err != nil {
+			return configError(fmt.Errorf("MOCKPAY_NOTIFY_SECRETS: secret %d: %w", i+1, err))
+		}
+		secrets[i] = s
+	}
+	rcv := mockpay.NewReceiver(secrets, 5*time.Minute)
+	rcv.RefuseRate, rcv.LoseAnswerRate = *refuse, *lose
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return configError(fmt.Errorf("--addr: %w", err))
+	}
+	srv := &http.Server{Handler: rcv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stderr, "mockpay receive: listening on %s\n", ln.Addr())
+	var tick <-chan time.Time
+	if *every > 0 {
+		t := time.NewTicker(*every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case err := <-served:
+			return fmt.Errorf("receive: %w", err)
+		case <-tick:
+			rcv.Stats().Print(stdout)
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			rcv.Stats().Print(stdout)
+			return nil
+		}
+	}
+}

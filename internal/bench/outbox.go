@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/httpapi"
+	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/outbox"
+	"github.com/paysvc/paysvc/internal/webhooks"
+)
+
+// Targets of the outbox (issue 12): callbacks keep at least 0.90 of their
+// throughput without it, and the relay delivers at least 1,000 events/s
+// to a receiver that answers at once.
+const (
+	OutboxThroughputTarget = 0.90
+	RelayTarget            = 1000.0
+)
+
+// Outbox is what section (f) measured.
+type Outbox struct {
+	Callbacks []Comparison // Raw = without the outbox, Service = with it
+	Relay     []float64    // events/s per round
+	RelayMed  float64
+	RelayN    int
+}
+
+// receiverServer answers every POST 204 at once and counts them.
+type receiverServer struct {
+	url  string
+	hits atomic.Int64
+	srv  *http.Server
+}
+
+func startReceiver() (*receiverServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &receiverServer{url: "http://" + ln.Addr().String() + "/events"}
+	r.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		r.hits.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// notifySecret signs the benchmark's notifications.
+const notifySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// outboxSection runs (f): payment callbacks through a service without
+// the outbox against one with it (events written, and the relay running
+// and delivering them to a local receiver while the callbacks run), then
+// the relay alone draining a backlog.
+func (b *bench) outboxSection(ctx context.Context, raw *sql.DB, sc *scratch) (out Outbox, err error) {
+	rcv, err := startReceiver()
+	if err != nil {
+		return out, err
+	}
+	defer rcv.srv.Close()
+	if out.Callbacks, err = b.outboxCallbacks(ctx, raw, sc, rcv); err != nil {
+		return out, err
+	}
+
+	// The relay alone, the services stopped: a backlog of pending events,
+	// drained.
+	out.RelayN = 5000
+	if b.opts.Quick {
+		out.RelayN = 1000
+	}
+	for r := 1; r <= b.opts.Rounds; r++ {
+		rate, err := b.relayRound(ctx, raw, sc, rcv, out.RelayN)
+		if err != nil {
+			return out, fmt.Errorf("relay: %w", err)
+		}
+		fmt.Fprintf(b.stderr, "relay round %d: %d events in %.0f events/s\n", r, out.RelayN, rate)
+		out.Relay = append(out.Relay, rate)
+	}
+	out.RelayMed = median(slices.Clone(out.Relay))
+	fmt.Fprintf(b.stdout, "\nrelay: %d pending events drained to a local receiver that answers 204 at once (one relay as serve runs it:\n", out.RelayN)
+	fmt.Fprintf(b.stdout, "  64 attempts in flight, claims of up to 64, its own pool of 4 connections)\n")
+	for i, r := range out.Relay {
+		fmt.Fprintf(b.stdout, "  round %d  %8.1f events/s\n", i+1, r)
+	}
+	fmt.Fprintf(b.stdout, "  median   %8.1f events/s (≥ %.0f) %s\n", out.RelayMed, RelayTarget, metMissed(out.RelayMed >= RelayTarget))
+	return out, nil
+}
+
+// outboxCallbacks compares callbacks without and with the outbox, one
+// comparison per N.
+func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer) (cs []Comparison, err error) {
+	maxN := slices.Max(b.opts.Ns)
+	plain, err := startServiceWith(ctx, sc.dsn, maxN, nil, app.Options{NoEvents: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = plain.stop() }()
+	withOutbox, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) {
+		c.Notify.Endpoints = map[string]config.Endpoint{merchantID: {URL: rcv.url, Secrets: []string{notifySecret}}}
+	}, app.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = withOutbox.stop() }()
+	supply := &orderSupply{raw: raw}
+	for _, n := range b.opts.Ns {
+		without := &side{name: "without", label: "client", prepare: supply.ensure,
+			newOp: func(w int) opFunc { return serviceCallbackOp(plain, supply, w) }}
+		with := &side{name: "with", label: "client", prepare: supply.ensure,
+			newOp: func(w int) opFunc { return serviceCallbackOp(withOutbox, supply, w) }}
+		c, err := b.compare(ctx, "outbox", n, without, with)
+		if err != nil {
+			return cs, fmt.Errorf("callbacks with/without the outbox: %w", err)
+		}
+		c.ThroughputMet = c.ThroughputRatio >= OutboxThroughputTarget
+		cs = append(cs, c)
+		printOutboxComparison(b.stdout, c)
+	}
+	fmt.Fprintf(b.stdout, "  the receiver got %d notifications during the callback cells\n", rcv.hits.Load())
+	return cs, nil
+}
+
+// relayRound inserts n pending events and times one relay draining them.
+func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer, n int) (float64, error) {
+	// TRUNCATE, not DELETE: deleted rows leave delete-marked entries in
+	// idx_events_due until InnoDB's purge removes them, and every claim
+	// scans past them; each round starts from a clean table instead.
+	for _, table := range []string{"event_attempts", "events"} {
+		if _, err := raw.ExecContext(ctx, `TRUNCATE TABLE `+table); err != nil {
+			return 0, err
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	o := orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "bench-relay", Status: orders.Paid,
+		Amount: 1999, Currency: "EUR", Version: 2, CreatedAt: now, UpdatedAt: now, PaidAt: &now}
+	data := `{"order":` + string(httpapi.OrderBody(o)) + `}`
+	const chunk = 500
+	for done := 0; done < n; {
+		k := min(chunk, n-done)
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
+		args := make([]any, 0, 5*k)
+		for i := range k {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			sb.WriteString("(?, ?, 'order.paid', ?, ?, 1, ?)")
+			args = append(args, events.NewIDAt(now), merchantID, now, data, now)
+		}
+		if _, err := raw.ExecContext(ctx, sb.String(), args...); err != nil {
+			return 0, fmt.Errorf("insert events: %w", err)
+		}
+		done += k
+	}
+	sec, err := webhooks.ParseSecret(notifySecret)
+	if err != nil {
+		return 0, err
+	}
+	pool, err := db.OpenPool(sc.cfg, 4)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close(pool)
+	notifier := events.NewNotifier(map[string]events.Endpoint{merchantID: {URL: rcv.url, Secrets: []webhooks.Secret{sec}}}, nil)
+	var delivered atomic.Int64
+	relay := outbox.New(events.NewQueue(pool), notifier.Deliver, outbox.Options{Timeout: 15 * time.Second,
+		Schedule: outbox.Schedule{Delays: config.DefaultSchedule(), Jitter: 0.2}, Poll: 5 * time.Millisecond,
+		OnOutcome: func(o outbox.Outcome) {
+			if o.Delivered {
+				delivered.Add(1)
+			}
+		}})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); relay.Run(rctx) }()
+	deadline := start.Add(10 * time.Minute)
+	for delivered.Load() < int64(n) && ctx.Err() == nil {
+		if time.Now().After(deadline) {
+			stop()
+			<-done
+			return 0, fmt.Errorf("%d of %d events delivered after 10 minutes", delivered.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stop()
+	<-done
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func printOutboxComparison(w io.Writer, c Comparison) {
+	fmt.Fprintf(w, "\nN = %d workers\n", c.N)
+	fmt.Fprintf(w, "  %-7s %12s %12s %8s   %8s %8s\n", "round", "without/s", "with/s", "ratio", "w/o p99", "with p99")
+	for i := range c.Raw.Rounds {
+		r, s := c.Raw.Rounds[i], c.Service.Rounds[i]
+		fmt.Fprintf(w, "  %-7d %12.1f %12.1f %8.2f   %8s %8s\n", i+1, r.Rate, s.Rate, ratio(s.Rate, r.Rate), ms(r.P99), ms(s.P99))
+	}
+	fmt.Fprintf(w, "  %-7s %12.1f %12.1f %8.2f   %8s %8s   (ms)\n", "median", c.Raw.MedianRate, c.Service.MedianRate,
+		c.ThroughputRatio, ms(c.Raw.P99), ms(c.Service.P99))
+	fmt.Fprintf(w, "  target   with/without %.2f (≥ %.2f) %s\n", c.ThroughputRatio, OutboxThroughputTarget, metMissed(c.ThroughputMet))
+	if c.Raw.Errs+c.Service.Errs > 0 {
+		fmt.Fprintf(w, "  errors   without %d (first: %s)  with %d (first: %s)\n", c.Raw.Errs, c.Raw.FirstErr, c.Service.Errs, c.Service.FirstErr)
+	}
+}

@@ -1,0 +1,160 @@
+// Package events owns the merchant's events (CONTRACT §10): the outbox rows
+// written in the transaction of the change they report, their delivery
+// state and attempts, the queries of the events API, and the signed POST
+// that delivers one. The relay loop that drives deliveries is package
+// outbox's; this package gives it a queue over the events table.
+//
+// An event exists if and only if its change committed: Recorder writes it
+// with the *gorm.DB of the change's transaction, never with a pool of its
+// own. A replay, a refusal and a rolled-back change therefore leave none.
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Types of events.
+const (
+	OrderPaid              = "order.paid"
+	OrderClosed            = "order.closed"
+	OrderPartiallyRefunded = "order.partially_refunded"
+	OrderRefunded          = "order.refunded"
+	RefundSucceeded        = "refund.succeeded"
+	RefundFailed           = "refund.failed"
+	PaymentFlagged         = "payment.flagged"
+)
+
+// Reasons of order.closed.
+const (
+	ReasonCancelled = "cancelled"
+	ReasonExpired   = "expired"
+)
+
+// ErrNotFound: no such event, or another merchant's.
+var ErrNotFound = errors.New("event not found")
+
+// NewID returns "evt_" and a ULID, 30 characters: unique across instances
+// without coordination and time-ordered, so inserts append to the primary
+// key and ids sort by creation (to the millisecond across instances).
+func NewID() string { return NewIDAt(time.Now()) }
+
+// NewIDAt is NewID for an event created at t: the id's time is t, to the
+// millisecond, so purge can find expired events by id alone (an injected
+// clock in tests moves both alike). Within a millisecond, ids of one
+// process grow monotonically.
+func NewIDAt(t time.Time) string {
+	return "evt_" + ulid.MustNew(ulid.Timestamp(t), ulid.DefaultEntropy()).String()
+}
+
+// idBefore is the smallest id of an event created at t (to the
+// millisecond): every event created before t has a smaller one.
+func idBefore(t time.Time) string {
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(t))
+	return "evt_" + u.String()
+}
+
+// ValidID reports whether s can be an event id at all (at most 32
+// characters of A-Z a-z 0-9 _ -): anything else names nothing and is
+// answered without a query (see orders.ValidNo for why).
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Delivery is an event's delivery status; the stored value is its index.
+type Delivery uint8
+
+// Delivery statuses, as stored in events.delivery.
+const (
+	DeliveryNone      Delivery = iota // the merchant had no endpoint
+	DeliveryPending                   // an attempt is due or in flight
+	DeliveryDelivered                 // an attempt got a 2xx
+	DeliveryFailed                    // the schedule ran out
+)
+
+var deliveryNames = [...]string{"none", "pending", "delivered", "failed"}
+
+func (d Delivery) String() string {
+	if int(d) < len(deliveryNames) {
+		return deliveryNames[d]
+	}
+	return "unknown"
+}
+
+// Event is one stored event.
+type Event struct {
+	ID         string
+	MerchantID string
+	Type       string
+	CreatedAt  time.Time
+	// Data is the event's "data" object, JSON as it was rendered when the
+	// change committed.
+	Data     json.RawMessage
+	Delivery Delivery
+}
+
+// Attempt is one delivery attempt.
+type Attempt struct {
+	At time.Time
+	// StatusCode is the HTTP status of the answer, 0 when none came.
+	StatusCode int
+	Error      string
+	Duration   time.Duration
+}
+
+// timeFormat is the API's: RFC 3339 in UTC with fixed microseconds.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// FormatTime writes t as the API writes times.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// envelope is the wire form of an event; field order is the wire order.
+type envelope struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	CreatedAt string          `json:"created_at"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// Body is the event as the merchant receives it, both as the body of a
+// delivery and in the events API: {"id", "type", "created_at", "data"}.
+func (e Event) Body() []byte {
+	return marshal(envelope{ID: e.ID, Type: e.Type, CreatedAt: FormatTime(e.CreatedAt), Data: e.Data})
+}
+
+// marshal encodes v as compact JSON without HTML escaping, as the API does.
+// Only types built here are passed, so it cannot fail.
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("events: marshal " + err.Error())
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// IDTime is when the event id was made (its ULID's millisecond); the zero
+// time for an id that is not one of ours.
+func IDTime(id string) time.Time {
+	u, err := ulid.ParseStrict(strings.TrimPrefix(id, "evt_"))
+	if err != nil {
+		return time.Time{}
+	}
+	return ulid.Time(u.Time()).UTC()
+}

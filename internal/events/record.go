@@ -1,0 +1,126 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/payments"
+)
+
+// Encoders render the objects an event carries exactly as the API renders
+// them: data.order is "the order object as GET would return it". The HTTP
+// layer owns those encodings; the wiring passes them in (package httpapi
+// imports this one, so this one cannot import it).
+type Encoders struct {
+	Order  func(orders.Order) []byte
+	Refund func(payments.Refund) []byte
+}
+
+// Recorder writes events in the transaction it is given. It implements
+// orders.Outbox and payments.Outbox. Safe for concurrent use.
+type Recorder struct {
+	enc Encoders
+	now func() time.Time
+	// notified reports whether a merchant has an endpoint: its events are
+	// written pending, the others with delivery "none".
+	notified func(merchantID string) bool
+	newID    func(time.Time) string
+}
+
+// NewRecorder returns a Recorder. notified may be nil (no merchant has an
+// endpoint); now nil means time.Now.
+func NewRecorder(enc Encoders, notified func(merchantID string) bool, now func() time.Time) *Recorder {
+	if now == nil {
+		now = time.Now
+	}
+	if notified == nil {
+		notified = func(string) bool { return false }
+	}
+	return &Recorder{enc: enc, now: now, notified: notified, newID: NewIDAt}
+}
+
+// data is the "data" object of an event; absent parts are left out.
+type data struct {
+	Order   json.RawMessage `json:"order"`
+	Reason  string          `json:"reason,omitempty"`
+	Refund  json.RawMessage `json:"refund,omitempty"`
+	Payment *paymentJSON    `json:"payment,omitempty"`
+}
+
+// paymentJSON is a flagged payment in payment.flagged.
+type paymentJSON struct {
+	Provider string          `json:"provider"`
+	TxnID    string          `json:"txn_id"`
+	Amount   int64           `json:"amount"`
+	Currency string          `json:"currency"`
+	Result   payments.Result `json:"result"`
+}
+
+// OrderClosed records order.closed.
+func (r *Recorder) OrderClosed(ctx context.Context, tx *gorm.DB, o orders.Order, reason string) error {
+	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: r.enc.Order(o), Reason: reason}}})
+}
+
+// OrderPaid records order.paid with the order as the transaction has just
+// made it: a locking read, on the row tx already holds.
+func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, orderNo string) error {
+	o, err := orders.GetForUpdate(ctx, tx, orderNo)
+	if err != nil {
+		return fmt.Errorf("order.paid event: %w", err)
+	}
+	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: r.enc.Order(o)}}})
+}
+
+// RefundSettled records refund.succeeded and order.partially_refunded or
+// order.refunded, or refund.failed.
+func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Order, rf payments.Refund) error {
+	d := data{Order: r.enc.Order(o), Refund: r.enc.Refund(rf)}
+	evs := []typed{{RefundFailed, d}}
+	if rf.Status == payments.RefundSucceededStatus {
+		orderType := OrderPartiallyRefunded
+		if o.Status == orders.Refunded {
+			orderType = OrderRefunded
+		}
+		evs = []typed{{RefundSucceeded, d}, {orderType, d}}
+	}
+	return r.insert(ctx, tx, o.MerchantID, evs)
+}
+
+// PaymentFlagged records payment.flagged.
+func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
+	d := data{Order: r.enc.Order(o), Payment: &paymentJSON{Provider: p.Provider, TxnID: p.TxnID,
+		Amount: p.Amount, Currency: p.Currency, Result: p.Result}}
+	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, d}})
+}
+
+type typed struct {
+	typ  string
+	data data
+}
+
+// insert writes the events of one change in one INSERT (one round trip
+// however many events the change makes).
+func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, evs []typed) error {
+	at := r.now().UTC().Truncate(time.Microsecond)
+	delivery, next := DeliveryNone, (*time.Time)(nil)
+	if r.notified(merchantID) {
+		delivery, next = DeliveryPending, &at
+	}
+	q := `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(evs)), ", ")
+	args := make([]any, 0, 7*len(evs))
+	for _, e := range evs {
+		args = append(args, r.newID(at), merchantID, e.typ, at, marshal(e.data), delivery, next)
+	}
+	if _, err := db.Exec(ctx, tx, q, args...); err != nil {
+		return fmt.Errorf("insert %s event: %w", evs[0].typ, err)
+	}
+	return nil
+}

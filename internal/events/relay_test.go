@@ -1,0 +1,484 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/httpapi"
+	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/outbox"
+	"github.com/paysvc/paysvc/internal/webhooks"
+)
+
+const merchant = "acme"
+
+// Two secrets, as during a rotation: every delivery must verify with each,
+// by the official Standard Webhooks library (which reads padded secrets).
+var secretTexts = []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_AQIDBAUGBwgJCgsMDQ4PEBE="}
+
+// receiver is a merchant's endpoint on loopback. answer decides each
+// attempt's fate from the event id and the attempt's number (1-based) at
+// this receiver. It detects overlapping attempts of one event.
+type receiver struct {
+	t      testing.TB
+	url    string
+	answer func(id string, n int) (status int, hang time.Duration)
+
+	mu       sync.Mutex
+	hits     map[string]int
+	inFlight map[string]int
+
+	overlaps atomic.Int64
+	bad      atomic.Int64 // requests that failed a check (signature, headers)
+}
+
+func newReceiver(t testing.TB, answer func(id string, n int) (int, time.Duration)) *receiver {
+	r := &receiver{t: t, answer: answer, hits: map[string]int{}, inFlight: map[string]int{}}
+	var verifiers []*standardwebhooks.Webhook
+	for _, s := range secretTexts {
+		v, err := standardwebhooks.NewWebhook(s)
+		if err != nil {
+			t.Fatalf("official verifier for secret: %v", err)
+		}
+		verifiers = append(verifiers, v)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		id := req.Header.Get(webhooks.HeaderID)
+		var ev struct {
+			ID   string          `json:"id"`
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		switch {
+		case json.Unmarshal(body, &ev) != nil || ev.ID != id || ev.Type == "" || len(ev.Data) == 0:
+			r.fail("body %s under webhook-id %q", body, id)
+		case req.Method != http.MethodPost || req.Header.Get("Content-Type") != "application/json":
+			r.fail("%s with Content-Type %q", req.Method, req.Header.Get("Content-Type"))
+		}
+		for i, v := range verifiers {
+			if err := v.Verify(body, req.Header); err != nil {
+				r.fail("event %s: secret %d does not verify: %v", id, i+1, err)
+			}
+		}
+		r.mu.Lock()
+		r.hits[id]++
+		n := r.hits[id]
+		r.inFlight[id]++
+		if r.inFlight[id] > 1 {
+			r.overlaps.Add(1)
+		}
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			r.inFlight[id]--
+			r.mu.Unlock()
+		}()
+		status, hang := r.answer(id, n)
+		if hang > 0 {
+			select {
+			case <-time.After(hang):
+			case <-req.Context().Done():
+			}
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL + "/hooks"
+	return r
+}
+
+func (r *receiver) fail(format string, args ...any) {
+	r.bad.Add(1)
+	r.t.Errorf("receiver: "+format, args...)
+}
+
+func (r *receiver) hitsOf(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hits[id]
+}
+
+func (r *receiver) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, h := range r.hits {
+		n += h
+	}
+	return n
+}
+
+func endpoint(t testing.TB, url string) map[string]events.Endpoint {
+	var secrets []webhooks.Secret
+	for _, s := range secretTexts {
+		sec, err := webhooks.ParseSecret(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, sec)
+	}
+	return map[string]events.Endpoint{merchant: {URL: url, Secrets: secrets}}
+}
+
+// record writes n order.closed events of distinct orders, pending.
+func record(t testing.TB, d *dbtest.DB, n int) []string {
+	t.Helper()
+	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
+		func(string) bool { return true }, nil)
+	ctx := context.Background()
+	for i := range n {
+		now := time.Now().UTC()
+		o := orders.Order{OrderNo: fmt.Sprintf("ord_relay_%05d", i), MerchantID: merchant, MerchantOrderNo: fmt.Sprint(i),
+			Status: orders.Closed, Amount: 100, Currency: "EUR", Version: 2, CreatedAt: now, UpdatedAt: now}
+		if err := rec.OrderClosed(ctx, d.Gorm, o, events.ReasonCancelled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	if err := d.Gorm.Raw(`SELECT id FROM events ORDER BY id`).Scan(&ids).Error; err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+type relayOpts struct {
+	timeout time.Duration
+	delays  []time.Duration
+	// outcomes counts recorded outcomes.
+	outcomes *outcomeCount
+}
+
+type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
+
+// startRelay runs a relay over its own pool of d until the test ends.
+func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Relay {
+	t.Helper()
+	pool, err := db.OpenPool(d.Config, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.timeout == 0 {
+		o.timeout = 5 * time.Second
+	}
+	n := events.NewNotifier(endpoint(t, url), nil)
+	r := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
+		Timeout:     o.timeout,
+		LeaseMargin: 2 * time.Second,
+		Schedule:    outbox.Schedule{Delays: o.delays, Jitter: 0.2},
+		Poll:        20 * time.Millisecond,
+		OnOutcome: func(oc outbox.Outcome) {
+			if o.outcomes == nil {
+				return
+			}
+			if oc.Delivered {
+				o.outcomes.delivered.Add(1)
+			} else {
+				o.outcomes.failed.Add(1)
+			}
+			if oc.Exhausted {
+				o.outcomes.exhausted.Add(1)
+			}
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; _ = db.Close(pool) })
+	return r
+}
+
+// waitSettled waits until no event is pending, for at most a minute.
+func waitSettled(t testing.TB, d *dbtest.DB) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 1`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("events still pending after a minute: %d", d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 1`))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func attemptsOf(t testing.TB, d *dbtest.DB, id string) []events.Attempt {
+	t.Helper()
+	a, err := events.Attempts(context.Background(), d.Gorm, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func deliveryOf(t testing.TB, d *dbtest.DB, id string) events.Delivery {
+	t.Helper()
+	e, err := events.Get(context.Background(), d.Gorm, merchant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Delivery
+}
+
+// TestRelayRetriesUntilDelivered: a receiver that fails the first two
+// attempts of every event (503, then a connection-level 500) gets each a
+// third time on the schedule, which is delivered; every attempt is
+// recorded with its status, and signed with both secrets.
+func TestRelayRetriesUntilDelivered(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 20)
+	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
+		if n <= 2 {
+			return []int{503, 500}[n-1], 0
+		}
+		return 204, 0
+	})
+	var oc outcomeCount
+	startRelay(t, d, rcv.url, relayOpts{delays: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, time.Hour}, outcomes: &oc})
+	waitSettled(t, d)
+	for _, id := range ids {
+		if got := deliveryOf(t, d, id); got != events.DeliveryDelivered {
+			t.Errorf("%s: delivery %s, want delivered", id, got)
+		}
+		as := attemptsOf(t, d, id)
+		codes := make([]int, len(as))
+		for i, a := range as {
+			codes[i] = a.StatusCode
+		}
+		if fmt.Sprint(codes) != "[503 500 204]" || as[2].Error != "" || as[0].Error == "" {
+			t.Errorf("%s: attempts %+v, want 503, 500, 204", id, as)
+		}
+		if h := rcv.hitsOf(id); h != 3 {
+			t.Errorf("%s: receiver saw %d attempts, want 3", id, h)
+		}
+	}
+	if oc.delivered.Load() != 20 || oc.failed.Load() != 40 || oc.exhausted.Load() != 0 {
+		t.Errorf("outcomes delivered %d failed %d exhausted %d, want 20 40 0", oc.delivered.Load(), oc.failed.Load(), oc.exhausted.Load())
+	}
+}
+
+// TestRelayGivesUpThenRedelivers: a receiver that always fails gets the
+// first attempt and every retry of the schedule, then the event is
+// failed. A redelivery schedules exactly one more attempt: failed again
+// while the receiver fails, delivered once it answers.
+func TestRelayGivesUpThenRedelivers(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 5)
+	var healthy atomic.Bool
+	rcv := newReceiver(t, func(string, int) (int, time.Duration) {
+		if healthy.Load() {
+			return 200, 0
+		}
+		return 500, 0
+	})
+	var oc outcomeCount
+	r := startRelay(t, d, rcv.url, relayOpts{delays: []time.Duration{20 * time.Millisecond, 20 * time.Millisecond}, outcomes: &oc})
+	waitSettled(t, d)
+	for _, id := range ids {
+		if got, n := deliveryOf(t, d, id), len(attemptsOf(t, d, id)); got != events.DeliveryFailed || n != 3 {
+			t.Errorf("%s: delivery %s after %d attempts, want failed after 3", id, got, n)
+		}
+	}
+	if oc.exhausted.Load() != 5 {
+		t.Errorf("exhausted %d, want 5", oc.exhausted.Load())
+	}
+	redeliver := func(id string) {
+		t.Helper()
+		err := d.Gorm.Transaction(func(tx *gorm.DB) error {
+			e, err := events.Redeliver(context.Background(), tx, merchant, id, time.Now())
+			if err == nil && e.Delivery != events.DeliveryPending {
+				err = fmt.Errorf("delivery %s after redeliver", e.Delivery)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("redeliver %s: %v", id, err)
+		}
+		r.Wake()
+	}
+	redeliver(ids[0])
+	waitSettled(t, d)
+	if got, n := deliveryOf(t, d, ids[0]), len(attemptsOf(t, d, ids[0])); got != events.DeliveryFailed || n != 4 {
+		t.Errorf("redelivered to a failing receiver: %s after %d attempts, want failed after 4", got, n)
+	}
+	healthy.Store(true)
+	for _, id := range ids {
+		redeliver(id)
+	}
+	waitSettled(t, d)
+	for i, id := range ids {
+		want := 4
+		if i == 0 {
+			want = 5
+		}
+		if got, n := deliveryOf(t, d, id), len(attemptsOf(t, d, id)); got != events.DeliveryDelivered || n != want {
+			t.Errorf("%s: %s after %d attempts, want delivered after %d", id, got, n, want)
+		}
+	}
+	// Redelivering a delivered event sends it once more.
+	redeliver(ids[1])
+	waitSettled(t, d)
+	if n := rcv.hitsOf(ids[1]); n != 5 {
+		t.Errorf("redelivered delivered event reached the receiver %d times, want 5", n)
+	}
+	if _, err := events.Get(context.Background(), d.Gorm, "other", ids[1]); err == nil {
+		t.Errorf("another merchant reads the event")
+	}
+}
+
+// TestRelayTimesOut: a receiver that hangs past PAYSVC_NOTIFY_TIMEOUT is a
+// failed attempt with no status code, retried; the retry is delivered.
+func TestRelayTimesOut(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 3)
+	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
+		if n == 1 {
+			return 200, 5 * time.Second
+		}
+		return 200, 0
+	})
+	start := time.Now()
+	startRelay(t, d, rcv.url, relayOpts{timeout: 300 * time.Millisecond, delays: []time.Duration{20 * time.Millisecond}})
+	waitSettled(t, d)
+	t.Logf("settled after %v", time.Since(start))
+	for _, id := range ids {
+		as := attemptsOf(t, d, id)
+		if deliveryOf(t, d, id) != events.DeliveryDelivered || len(as) != 2 || as[0].StatusCode != 0 || as[0].Error != "timed out" || as[1].StatusCode != 200 {
+			t.Errorf("%s: attempts %+v, want a timeout then 200", id, as)
+		}
+		t.Logf("%s: timed-out attempt took %v", id, as[0].Duration)
+	}
+}
+
+// TestRelayTakesOverAbandonedClaims: events claimed by a relay that never
+// finishes (it died) are delivered by another once the lease ends, and
+// the dead relay's late outcome is refused by the fence.
+func TestRelayTakesOverAbandonedClaims(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 10)
+	q := events.NewQueue(d.Gorm)
+	token := outbox.NewToken()
+	now := time.Now()
+	jobs, err := q.Claim(context.Background(), now, now.Add(500*time.Millisecond), 100, token)
+	if err != nil || len(jobs) != len(ids) {
+		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+	}
+	rcv := newReceiver(t, func(string, int) (int, time.Duration) { return 200, 0 })
+	startRelay(t, d, rcv.url, relayOpts{})
+	waitSettled(t, d)
+	if took := time.Since(now); took < 500*time.Millisecond {
+		t.Errorf("delivered after %v, before the lease ended", took)
+	}
+	late := outbox.Outcome{Attempt: outbox.Attempt{At: now}, Delivered: true}
+	var fs []outbox.Finished
+	for _, j := range jobs {
+		fs = append(fs, outbox.Finished{Job: j, Token: token, Outcome: late})
+	}
+	held, err := q.Finish(context.Background(), fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := range jobs {
+		if held[i] {
+			t.Errorf("%s: the dead relay's outcome was recorded", j.ID)
+		}
+		if n := len(attemptsOf(t, d, j.ID)); n != 1 || rcv.hitsOf(j.ID) != 1 {
+			t.Errorf("%s: %d attempts recorded, %d received; want 1, 1", j.ID, n, rcv.hitsOf(j.ID))
+		}
+	}
+}
+
+// TestRelaysShareTheTable: three relays, each with its own pool, work one
+// table whose receiver is slow and fails a quarter of the attempts at
+// random. Every event is delivered, no two attempts of one event ever
+// overlap at the receiver, and every attempt it saw is recorded.
+func TestRelaysShareTheTable(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 300)
+	rcv := newReceiver(t, func(string, int) (int, time.Duration) {
+		hang := time.Duration(rand.IntN(5)) * time.Millisecond
+		if rand.IntN(4) == 0 {
+			return 502, hang
+		}
+		return 200, hang
+	})
+	start := time.Now()
+	for range 3 {
+		startRelay(t, d, rcv.url, relayOpts{delays: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond,
+			10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}})
+	}
+	waitSettled(t, d)
+	t.Logf("300 events, %d attempts, settled in %v", rcv.total(), time.Since(start))
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != int64(len(ids)) {
+		t.Errorf("%d of %d events delivered", n, len(ids))
+	}
+	if n := rcv.overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping attempts of one event", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); n != int64(rcv.total()) {
+		t.Errorf("%d attempts recorded, the receiver saw %d", n, rcv.total())
+	}
+	for _, id := range ids {
+		if rcv.hitsOf(id) == 0 {
+			t.Errorf("%s never reached the receiver", id)
+		}
+	}
+}
+
+// TestRedeliverDuringAnAttempt: a redelivery asked for while an attempt is
+// in flight does not start a second, overlapping attempt; the relay
+// schedules it when the first ends.
+func TestRedeliverDuringAnAttempt(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 1)
+	entered := make(chan struct{}, 1)
+	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
+		if n == 1 {
+			entered <- struct{}{}
+			return 200, 300 * time.Millisecond
+		}
+		return 200, 0
+	})
+	r := startRelay(t, d, rcv.url, relayOpts{})
+	<-entered
+	err := d.Gorm.Transaction(func(tx *gorm.DB) error {
+		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], time.Now())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Wake()
+	deadline := time.Now().Add(time.Minute)
+	for rcv.hitsOf(ids[0]) < 2 || deliveryOf(t, d, ids[0]) != events.DeliveryDelivered {
+		if time.Now().After(deadline) {
+			t.Fatalf("second attempt: %d hits, delivery %s", rcv.hitsOf(ids[0]), deliveryOf(t, d, ids[0]))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := rcv.overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping attempts", n)
+	}
+	if n := len(attemptsOf(t, d, ids[0])); n != 2 {
+		t.Errorf("%d attempts recorded, want 2", n)
+	}
+}

@@ -1,0 +1,163 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/validate"
+)
+
+// RefundBody is the JSON of a refund exactly as the service sends it;
+// events carry the same bytes (data.refund).
+func RefundBody(r payments.Refund) []byte {
+	return marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, MerchantRefundNo: r.MerchantRefundNo,
+		Amount: r.Amount, Status: r.Status, CreatedAt: formatTime(r.CreatedAt)})
+}
+
+// eventJSON is the wire form of an event; field order is the wire order.
+type eventJSON struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	CreatedAt string          `json:"created_at"`
+	Data      json.RawMessage `json:"data"`
+	Delivery  *deliveryJSON   `json:"delivery,omitempty"`
+}
+
+type deliveryJSON struct {
+	Status   string        `json:"status"`
+	Attempts []attemptJSON `json:"attempts"`
+}
+
+type attemptJSON struct {
+	At         string `json:"at"`
+	StatusCode *int   `json:"status_code"`
+	Error      string `json:"error"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+func eventView(e events.Event) eventJSON {
+	return eventJSON{ID: e.ID, Type: e.Type, CreatedAt: formatTime(e.CreatedAt), Data: e.Data}
+}
+
+// eventWithDelivery reads the event's attempts and renders both.
+func (s *server) eventWithDelivery(ctx context.Context, gdb *gorm.DB, e events.Event) ([]byte, error) {
+	attempts, err := events.Attempts(ctx, gdb, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	v := eventView(e)
+	v.Delivery = &deliveryJSON{Status: e.Delivery.String(), Attempts: make([]attemptJSON, len(attempts))}
+	for i, a := range attempts {
+		aj := attemptJSON{At: formatTime(a.At), Error: a.Error, DurationMS: a.Duration.Milliseconds()}
+		if a.StatusCode != 0 {
+			code := a.StatusCode
+			aj.StatusCode = &code
+		}
+		v.Delivery.Attempts[i] = aj
+	}
+	return marshal(v), nil
+}
+
+type eventListJSON struct {
+	Data    []eventJSON `json:"data"`
+	HasMore bool        `json:"has_more"`
+}
+
+// GET /v1/events?after=&limit=: one range read of idx_events_merchant.
+func (s *server) listEvents(c *gin.Context) {
+	after, limit, err := listParams(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	evs, more, err := events.List(c.Request.Context(), s.db, merchantOf(c), after, limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := eventListJSON{Data: make([]eventJSON, len(evs)), HasMore: more}
+	for i, e := range evs {
+		out.Data[i] = eventView(e)
+	}
+	c.Data(200, contentTypeJSON, marshal(out))
+}
+
+// listParams reads after (an event id; the page starts after it, whether
+// or not it still exists) and limit (1-100, default 20). A parameter given
+// twice is invalid: which one was meant?
+func listParams(c *gin.Context) (string, int, error) {
+	q := c.Request.URL.Query()
+	for _, name := range []string{"after", "limit"} {
+		if len(q[name]) > 1 {
+			return "", 0, validate.Invalid(name, "given more than once")
+		}
+	}
+	after := q.Get("after")
+	if _, set := q["after"]; set && !events.ValidID(after) {
+		return "", 0, validate.Invalid("after", "must be an event id (1-32 characters of A-Z a-z 0-9 _ -)")
+	}
+	limit := events.DefaultLimit
+	if v, set := q["limit"]; set {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > events.MaxLimit {
+			return "", 0, validate.Invalid("limit", "must be an integer from 1 to 100")
+		}
+		limit = n
+	}
+	return after, limit, nil
+}
+
+// GET /v1/events/{id}: the event, then its attempts = 2 SELECTs.
+func (s *server) getEvent(c *gin.Context) {
+	ctx := c.Request.Context()
+	e, err := events.Get(ctx, s.db, merchantOf(c), c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	body, err := s.eventWithDelivery(ctx, s.db, e)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Data(200, contentTypeJSON, body)
+}
+
+// POST /v1/events/{id}/redeliver (Idempotency-Key): schedules one more
+// attempt now and answers 202 with the event and its delivery. First
+// request: claim, BEGIN, the event's UPDATE, its SELECT, the attempts'
+// SELECT, fence, COMMIT = 7 round trips.
+func (s *server) redeliverEvent(c *gin.Context) {
+	merchant := merchantOf(c)
+	req, obj, ok := s.merchantRequest(c, true)
+	if !ok {
+		return
+	}
+	if err := validate.New(obj, "").Only(); err != nil {
+		s.fail(c, err)
+		return
+	}
+	id := c.Param("id")
+	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		e, err := events.Redeliver(ctx, tx, merchant, id, s.now())
+		if err != nil {
+			return businessResponse(idempotency.Response{}, err)
+		}
+		body, err := s.eventWithDelivery(ctx, tx, e)
+		if err != nil {
+			return idempotency.Response{}, err
+		}
+		return idempotency.Response{Status: 202, ContentType: contentTypeJSON, Body: body}, nil
+	})
+	// After the answer, so after the commit: the relay finds the event due.
+	if s.wakeRelay != nil {
+		s.wakeRelay()
+	}
+}

@@ -1,0 +1,143 @@
+package mockpay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/webhooks"
+)
+
+// Receiver plays a merchant's webhook endpoint for paysvc's notifications
+// (CONTRACT §10), as a careful merchant writes one: it verifies the
+// Standard Webhooks signature, and it dedups by webhook-id, because
+// delivery is at-least-once. To show paysvc's retries it misbehaves on
+// purpose: it refuses some first attempts (503, nothing processed), and
+// for some it processes the event but loses the answer (500 after the
+// work, as when a receiver times out after committing), so that paysvc
+// sends the event again and the receiver drops the duplicate.
+type Receiver struct {
+	verifier *webhooks.Verifier
+	// RefuseRate and LoseAnswerRate apply to the first attempt of an
+	// event only.
+	RefuseRate, LoseAnswerRate float64
+
+	mu        sync.Mutex
+	seen      map[string]bool // webhook-ids processed
+	attempts  map[string]int  // webhook-id -> attempts received
+	byType    map[string]int  // events processed, by type
+	received  int
+	dups      int
+	refused   int
+	lost      int
+	badSigned int
+}
+
+// NewReceiver returns a Receiver that accepts the signatures of secrets.
+func NewReceiver(secrets []webhooks.Secret, tolerance time.Duration) *Receiver {
+	return &Receiver{
+		verifier: webhooks.NewVerifier(secrets, tolerance, nil),
+		seen:     map[string]bool{},
+		attempts: map[string]int{},
+		byType:   map[string]int{},
+	}
+}
+
+// maxEventBody bounds what the receiver reads of one delivery.
+const maxEventBody = 1 << 20
+
+// ServeHTTP receives one delivery.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxEventBody))
+	if err != nil {
+		http.Error(w, "unreadable body", http.StatusBadRequest)
+		return
+	}
+	if err := r.verifier.Verify(req.Header, body); err != nil {
+		r.mu.Lock()
+		r.badSigned++
+		r.mu.Unlock()
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	var ev struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	}
+	id := req.Header.Get(webhooks.HeaderID)
+	if err := json.Unmarshal(body, &ev); err != nil || ev.ID != id {
+		http.Error(w, "not an event", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.received++
+	r.attempts[id]++
+	first := r.attempts[id] == 1
+	if first && rand.Float64() < r.RefuseRate {
+		r.refused++
+		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		return
+	}
+	if r.seen[id] {
+		// Already processed: acknowledge, do nothing.
+		r.dups++
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	r.seen[id] = true
+	r.byType[ev.Type]++
+	if first && rand.Float64() < r.LoseAnswerRate {
+		r.lost++
+		http.Error(w, "processed, but the answer was lost", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// ReceiverStats is what a Receiver counted.
+type ReceiverStats struct {
+	Received, Processed, DuplicatesDropped, Refused, AnswersLost, BadSignatures int
+	ByType                                                                      map[string]int
+}
+
+// Stats returns the counts so far.
+func (r *Receiver) Stats() ReceiverStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := ReceiverStats{Received: r.received, Processed: len(r.seen), DuplicatesDropped: r.dups, Refused: r.refused,
+		AnswersLost: r.lost, BadSignatures: r.badSigned, ByType: map[string]int{}}
+	for k, v := range r.byType {
+		s.ByType[k] = v
+	}
+	return s
+}
+
+// Print writes the stats as a small table.
+func (s ReceiverStats) Print(w io.Writer) {
+	types := make([]string, 0, len(s.ByType))
+	for t := range s.ByType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s %d", t, s.ByType[t])
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "merchant receiver\t\n")
+	fmt.Fprintf(tw, "  deliveries received\t%d\n", s.Received)
+	fmt.Fprintf(tw, "  events processed (once each)\t%d: %s\n", s.Processed, strings.Join(parts, ", "))
+	fmt.Fprintf(tw, "  refused on purpose (503, retried by paysvc)\t%d\n", s.Refused)
+	fmt.Fprintf(tw, "  answers lost on purpose (500 after processing)\t%d\n", s.AnswersLost)
+	fmt.Fprintf(tw, "  duplicates dropped by webhook-id\t%d\n", s.DuplicatesDropped)
+	fmt.Fprintf(tw, "  bad signatures\t%d\n", s.BadSignatures)
+	tw.Flush()
+}

@@ -1,0 +1,42 @@
+package payments
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/orders"
+)
+
+// Outbox records the events of a change in the transaction that makes it
+// (CONTRACT §10); package events implements it. Each method is called only
+// after its change happened, and never for an event seen before (a
+// redelivery the unique provider transaction absorbed), so a replay, a
+// refusal or a rollback leaves no event.
+type Outbox interface {
+	// OrderPaid: the order went CREATED → PAID in tx.
+	OrderPaid(ctx context.Context, tx *gorm.DB, orderNo string) error
+	// RefundSettled: r (status SUCCEEDED or FAILED) settled in tx, and o is
+	// its order as it is now.
+	RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Order, r Refund) error
+	// PaymentFlagged: a payment took money that no order keeps (result
+	// duplicate_payment, late_payment or amount_mismatch); o is its order,
+	// unchanged.
+	PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
+}
+
+// FlaggedPayment is a payment kept for a refund by hand.
+type FlaggedPayment struct {
+	Provider string
+	TxnID    string
+	Amount   int64
+	Currency string
+	Result   Result
+}
+
+// WithOutbox makes s record its changes in ob; without one (tests of other
+// packages, tools) no events are written. It returns s, for wiring.
+func (s *Service) WithOutbox(ob Outbox) *Service {
+	s.outbox = ob
+	return s
+}
