@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/api"
+	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
@@ -45,6 +46,9 @@ type Deps struct {
 	// Reserve is the small pool kept apart from DB; readiness pings it, so
 	// that a saturated request pool does not read as a lost database.
 	Reserve *gorm.DB
+	// Callbacks is the callback use case shared with the NATS intake; when
+	// nil, New builds one from Engine, Payments, Verifiers and CallbackTTL.
+	Callbacks *callbacks.Handler
 }
 
 type server struct {
@@ -57,9 +61,8 @@ type server struct {
 	ttl     time.Duration
 	reserve *gorm.DB
 
-	payments    *payments.Service
-	verifiers   map[string]*webhooks.Verifier
-	callbackTTL time.Duration
+	payments  *payments.Service
+	callbacks *callbacks.Handler
 }
 
 // New builds the router.
@@ -74,9 +77,12 @@ func New(d Deps) *gin.Engine {
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
 
-		payments:    d.Payments,
-		verifiers:   d.Verifiers,
-		callbackTTL: d.CallbackTTL,
+		payments:  d.Payments,
+		callbacks: d.Callbacks,
+	}
+	if s.callbacks == nil {
+		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Verifiers: d.Verifiers,
+			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger, Code: ProblemCode})
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
