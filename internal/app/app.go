@@ -15,12 +15,14 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -39,6 +41,10 @@ type App struct {
 	Handler  http.Handler
 	now      func() time.Time
 	timeouts HTTPTimeouts
+
+	// Callbacks applies provider events; the HTTP route and the NATS
+	// intake both call it.
+	Callbacks *callbacks.Handler
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -50,6 +56,9 @@ type Options struct {
 	// HTTPTimeouts replaces Serve's HTTP server timeouts (slow-client
 	// tests); a zero field keeps its default.
 	HTTPTimeouts HTTPTimeouts
+	// RefundNo replaces the refund number generator (tests of events
+	// that arrive before their refund).
+	RefundNo func() string
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -101,6 +110,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	m := metrics.New()
+	pay := payments.NewService(now, opts.RefundNo, log)
+	// One callback use case for every intake (HTTP, NATS).
+	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: pay, Verifiers: verifiers,
+		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -109,14 +122,16 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Metrics:        m,
 		APIKeys:        cfg.APIKeys,
 		IdempotencyTTL: cfg.IdempotencyTTL,
-		Payments:       payments.NewService(now, nil, log),
+		Payments:       pay,
 		Verifiers:      verifiers,
 		CallbackTTL:    cfg.CallbackTTL,
 		RequestTimeout: cfg.RequestTimeout,
 		Reserve:        reserve,
+		Callbacks:      cbs,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout)}, nil
+		Callbacks: cbs,
+		timeouts:  opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout)}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -193,6 +208,16 @@ func (a *App) purgeLoop(ctx context.Context) {
 		if n > 0 {
 			a.Log.Info("purged expired idempotency records", "purged", n)
 		}
+	}
+}
+
+// consumeNATS runs the JetStream intake of provider events (§15) until ctx
+// is done; it reconnects by itself and never makes the service unready.
+func (a *App) consumeNATS(ctx context.Context) {
+	c := natsintake.New(a.Callbacks, natsintake.Options{URL: a.Config.NATSURL, Log: a.Log, Metrics: a.Metrics,
+		RequestTimeout: a.Config.RequestTimeout})
+	if err := c.Run(ctx); err != nil {
+		a.Log.Error("nats intake stopped", "err", err.Error())
 	}
 }
 
@@ -285,6 +310,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer func() { stopPurge(); <-purgeDone }()
 	go func() { defer close(purgeDone); a.purgeLoop(purgeCtx) }()
+	if a.Config.NATSURL != "" {
+		natsDone := make(chan struct{})
+		defer func() { stopPurge(); <-natsDone }()
+		go func() { defer close(natsDone); a.consumeNATS(purgeCtx) }()
+	}
 	a.Log.Info("listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:

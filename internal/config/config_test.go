@@ -462,6 +462,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"log_level":         "INFO",
 		"db_max_conns":      32.0,
 		"request_timeout":   "10s",
+		"nats_url":          "",
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)
