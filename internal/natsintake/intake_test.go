@@ -14,6 +14,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/mockpay"
 	"github.com/paysvc/paysvc/internal/natsintake"
 )
 
@@ -278,6 +279,47 @@ func TestConsumerKilledBeforeAck(t *testing.T) {
 	}
 	if got := e.d.Count(t, `SELECT COUNT(*) FROM payments`); got != n {
 		t.Errorf("%d payments, want %d", got, n)
+	}
+	e.booksClean()
+}
+
+// TestMockpayScenarioThroughTheBroker: the demo's scenario with every
+// provider event published to the stream first (mockpay run --nats): the
+// consumer applies them, the HTTP redeliveries that follow replay, and
+// every check of the scenario holds.
+func TestMockpayScenarioThroughTheBroker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, app.Options{})
+	e.consume(natsintake.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pub, err := mockpay.NewPublisher(ctx, e.b.URL, provider)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	cfg := mockpay.DefaultScenario()
+	cfg.BaseURL, cfg.APIKey, cfg.Secret, cfg.Orders, cfg.Seed = e.url, apiKey, e.secret, 30, 17
+	cfg.Publish = func(ctx context.Context, h http.Header, body []byte) error {
+		_, err := pub.Publish(ctx, h, body)
+		return err
+	}
+	cfg.PublishSettle = 100 * time.Millisecond
+	rep, err := mockpay.RunScenario(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	t.Logf("scenario:\n%s\nnats: acked %d, nacked %d, terminated %d", out.String(), e.messages("acked"), e.messages("nacked"), e.messages("terminated"))
+	if !rep.OK() {
+		t.Errorf("scenario not OK: %v", rep.Anomalies)
+	}
+	if e.messages("acked") == 0 {
+		t.Error("no message acked: the events did not go through the broker")
+	}
+	if got := e.messages("terminated"); got != 0 {
+		t.Errorf("%d messages terminated", got)
 	}
 	e.booksClean()
 }
