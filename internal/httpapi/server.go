@@ -110,6 +110,7 @@ func New(d Deps) *gin.Engine {
 	merchant.GET("/orders/:order_no", s.getOrder)
 	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)
 	merchant.POST("/orders/:order_no/refunds", s.createRefund)
+	merchant.GET("/settlements", s.listSettlements)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }
