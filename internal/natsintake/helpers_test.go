@@ -51,6 +51,15 @@ type broker struct {
 
 func newBroker(t testing.TB) *broker {
 	t.Helper()
+	b := newStoppedBroker(t)
+	b.start()
+	return b
+}
+
+// newStoppedBroker is a broker whose port and store are chosen but which is
+// not started yet.
+func newStoppedBroker(t testing.TB) *broker {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +67,6 @@ func newBroker(t testing.TB) *broker {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	b := &broker{t: t, port: port, dir: t.TempDir(), URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	b.start()
 	t.Cleanup(b.kill)
 	return b
 }
