@@ -6,6 +6,9 @@
 //	orders     (c) POST /v1/orders against its raw-SQL equivalent
 //	storage    (d) bytes per idempotency record
 //	purge      (e) a writer's latency without and during purge
+//	nats       (f) callbacks through NATS JetStream against HTTP
+//	settle     (g) the daily settlement of a day's ledger, and callback
+//	           latency during it
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -39,6 +42,10 @@ const (
 	// SectionRoundTrips lists the statements the server receives per
 	// request, through a recording proxy (a few requests, no timing).
 	SectionRoundTrips = "roundtrips"
+	// SectionNATS: callbacks through NATS JetStream against HTTP (f);
+	// SectionSettle: the daily settlement and callbacks during it (g).
+	SectionNATS   = "nats"
+	SectionSettle = "settle"
 )
 
 var sectionAliases = map[string]string{
@@ -47,6 +54,8 @@ var sectionAliases = map[string]string{
 	"d": SectionStorage, SectionStorage: SectionStorage,
 	"e": SectionPurge, SectionPurge: SectionPurge,
 	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
+	"f": SectionNATS, SectionNATS: SectionNATS,
+	"g": SectionSettle, SectionSettle: SectionSettle,
 }
 
 // Options are the command's flags.
@@ -64,6 +73,8 @@ type Options struct {
 	PurgeRows    int
 	PurgeBatch   int
 	PurgeWriters int
+	// SettleEntries is the size of the settled day's ledger (g).
+	SettleEntries int
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -75,7 +86,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), nats (f), settle (g)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -87,6 +98,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PurgeRows, "purge-rows", 150_000, "expired records, and as many fresh ones, for the purge section")
 	fs.IntVar(&o.PurgeBatch, "purge-batch", 5000, "purge batch size")
 	fs.IntVar(&o.PurgeWriters, "purge-writers", 1, "concurrent writers during the purge section")
+	fs.IntVar(&o.SettleEntries, "settle-entries", 1_000_000, "ledger entries of the day the settle section settles")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./cmd/bench [flags]\n\nMeasures paysvc against its raw-SQL limit in a scratch database on PAYSVC_DSN's\nserver (else PAYSVC_TEST_DSN's, else root@127.0.0.1:3306), dropped at the end.\n\n")
 		fs.PrintDefaults()
@@ -101,12 +113,13 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.Quick {
 		quick := map[string]func(){
-			"duration":     func() { o.Duration = 300 * time.Millisecond },
-			"warmup":       func() { o.Warmup = 100 * time.Millisecond },
-			"rounds":       func() { o.Rounds = 1 },
-			"storage-rows": func() { o.StorageRows = 2000 },
-			"purge-rows":   func() { o.PurgeRows = 3000 },
-			"purge-batch":  func() { o.PurgeBatch = 1000 },
+			"duration":       func() { o.Duration = 300 * time.Millisecond },
+			"warmup":         func() { o.Warmup = 100 * time.Millisecond },
+			"rounds":         func() { o.Rounds = 1 },
+			"storage-rows":   func() { o.StorageRows = 2000 },
+			"purge-rows":     func() { o.PurgeRows = 3000 },
+			"purge-batch":    func() { o.PurgeBatch = 1000 },
+			"settle-entries": func() { o.SettleEntries = 20_000 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -128,7 +141,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, nats, settle)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -139,8 +152,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, errors.New("-warmup must not be negative")
 	case o.Rounds < 1:
 		return o, errors.New("-rounds must be at least 1")
-	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1:
-		return o, errors.New("-storage-rows, -purge-rows, -purge-batch and -purge-writers must be at least 1")
+	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
+		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	}
 	return o, nil
 }
@@ -164,6 +177,8 @@ type Report struct {
 	Orders     []Comparison
 	Storage    []Storage
 	Purge      *Purge
+	Broker     []BrokerComparison
+	Settle     *Settle
 }
 
 type bench struct {
@@ -204,7 +219,8 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 	}
 	b.header(rep.Machine, sc.cfg.DBName)
 
-	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] {
+	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
+		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] {
 		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
 			return rep, err
 		}
@@ -294,6 +310,24 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 			printComparison(b.stdout, c)
 		}
 	}
+	if !b.opts.Skip[SectionNATS] {
+		fmt.Fprintf(b.stdout, "\n== (f) payment.succeeded callbacks: through NATS JetStream (publish until applied) vs over HTTP; 1/3 duplicates ==\n")
+		bc, err := b.brokerSection(ctx, svc, supply)
+		rep.Broker = bc
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		printBroker(b.stdout, bc)
+	}
+	if !b.opts.Skip[SectionSettle] {
+		fmt.Fprintf(b.stdout, "\n== (g) daily settlement, and callbacks during it ==\n")
+		st, err := b.settleSection(ctx, raw, svc, supply)
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		rep.Settle = &st
+		printSettle(b.stdout, st)
+	}
 	return nil
 }
 
@@ -375,6 +409,14 @@ func (b *bench) summary(rep *Report) {
 	if p := rep.Purge; p != nil {
 		fmt.Fprintf(w, "  purge     writer p99 %sms → %sms during purge: %.2f× (%s); %.0f rows/s\n",
 			ms(p.BaselineP99), ms(p.PurgeP99), p.P99Ratio, metMissed(p.Met), p.MedianRowsPerSecond)
+	}
+	for _, c := range rep.Broker {
+		fmt.Fprintf(w, "  nats      N=%-3d HTTP %8.1f ops/s p99 %6sms | JetStream %8.1f ops/s p99 %6sms\n",
+			c.N, c.HTTP.MedianRate, ms(c.HTTP.P99), c.NATS.MedianRate, ms(c.NATS.P99))
+	}
+	if s := rep.Settle; s != nil {
+		fmt.Fprintf(w, "  settle    %d entries in %.2fs; callback p99 %sms → %sms during: %.2f× (%s)\n",
+			s.Entries, s.MedianSeconds, ms(s.BaselineP99), ms(s.SettleP99), s.P99Ratio, metMissed(s.Met))
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
 }

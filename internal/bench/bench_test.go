@@ -46,7 +46,8 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"command: go run ./cmd/bench -quick", "machine: ", "server:  ", "== round trips",
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
-		"== (d) storage", "== (e) purge under load", "== summary",
+		"== (d) storage", "== (e) purge under load", "== (f) payment.succeeded callbacks: through NATS JetStream",
+		"== (g) daily settlement", "== summary",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -132,6 +133,27 @@ func TestQuickRun(t *testing.T) {
 	}
 	if !(p.BaselineP99 > 0 && p.PurgeP99 > 0 && p.P99Ratio > 0) || math.IsInf(p.P99Ratio, 0) {
 		t.Errorf("purge: p99 %v → %v, ratio %v", p.BaselineP99, p.PurgeP99, p.P99Ratio)
+	}
+
+	if len(rep.Broker) != len(opts.Ns) {
+		t.Errorf("nats: %d comparisons, want one per N (%v)", len(rep.Broker), opts.Ns)
+	}
+	for _, c := range rep.Broker {
+		if !(c.HTTP.Ops > 0 && c.NATS.Ops > 0 && c.NATS.P99 > 0 && c.HTTP.Errs+c.NATS.Errs == 0) {
+			t.Errorf("nats N=%d: %+v", c.N, c)
+		}
+	}
+	if st := rep.Settle; st == nil {
+		t.Error("no settle result")
+	} else {
+		for i, r := range st.Rounds {
+			// Every round settles the whole day again; the ledger has
+			// 1000 merchants in two currencies, and opts.SettleEntries
+			// entries are enough for nearly all of them to have both.
+			if !(r.Rows > 0 && r.BaselineOps > 0 && r.SettleOps > 0 && r.WriterErrs == 0) {
+				t.Errorf("settle round %d: %+v", i+1, r)
+			}
+		}
 	}
 
 	// The scratch database is gone.

@@ -99,8 +99,16 @@ func Run(ctx context.Context, gdb *gorm.DB, day time.Time, o Options) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
+	settled, err := settledMerchants(ctx, gdb, from.Format(DateLayout), o.Merchant)
+	if err != nil {
+		return Result{}, err
+	}
 	var res Result
 	for _, rows := range byMerchant {
+		if n, done := settled[rows[0].MerchantID]; done {
+			res.Existing += n // an earlier run's checkpoint: nothing to do
+			continue
+		}
 		written, existing, err := settleMerchant(ctx, gdb, rows, o.Now().UTC().Truncate(time.Microsecond))
 		if err != nil {
 			return res, err
@@ -165,9 +173,6 @@ var errSettled = errors.New("merchant already settled for the day")
 func settleMerchant(ctx context.Context, gdb *gorm.DB, rows []Settlement, at time.Time) (written []Settlement, existing int, err error) {
 	m, date := rows[0].MerchantID, rows[0].Date
 	for attempt := 1; ; attempt++ {
-		if n, err := count(ctx, gdb, m, date); err != nil || n > 0 {
-			return nil, int(n), err
-		}
 		err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			for _, s := range rows {
 				_, err := db.Exec(ctx, tx, `INSERT INTO settlements
@@ -187,7 +192,8 @@ func settleMerchant(ctx context.Context, gdb *gorm.DB, rows []Settlement, at tim
 		case err == nil:
 			return slices.Clone(rows), 0, nil
 		case errors.Is(err, errSettled):
-			continue // counted as existing at the top
+			n, err := count(ctx, gdb, m, date)
+			return nil, int(n), err
 		case db.IsRetryable(err) && attempt < maxAttempts:
 			if err := sleep(ctx, time.Duration(attempt)*(50*time.Millisecond+rand.N(50*time.Millisecond))); err != nil {
 				return nil, 0, err
@@ -196,6 +202,30 @@ func settleMerchant(ctx context.Context, gdb *gorm.DB, rows []Settlement, at tim
 		}
 		return nil, 0, fmt.Errorf("settlement: %s %s: %w", m, date, err)
 	}
+}
+
+// settledMerchants reads the checkpoint: the merchants (or the one
+// merchant) with rows for date, and how many.
+func settledMerchants(ctx context.Context, gdb *gorm.DB, date, merchant string) (map[string]int, error) {
+	q, args := `SELECT merchant_id, COUNT(*) FROM settlements WHERE settle_date = ?`, []any{date}
+	if merchant != "" {
+		q, args = q+` AND merchant_id = ?`, append(args, merchant)
+	}
+	rows, err := gdb.WithContext(ctx).Raw(q+` GROUP BY merchant_id`, args...).Rows()
+	if err != nil {
+		return nil, fmt.Errorf("settlement: read the checkpoint of %s: %w", date, err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var m string
+		var n int
+		if err := rows.Scan(&m, &n); err != nil {
+			return nil, fmt.Errorf("settlement: read the checkpoint of %s: %w", date, err)
+		}
+		out[m] = n
+	}
+	return out, rows.Err()
 }
 
 func count(ctx context.Context, gdb *gorm.DB, merchant, date string) (int64, error) {
