@@ -124,13 +124,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 10*time.Second) {
+	const firstDelay, maxDelay = 250 * time.Millisecond, 10 * time.Second
+	delay := firstDelay
+	for {
 		consumed, err := c.consume(ctx, js)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if consumed {
-			delay = 250 * time.Millisecond
+		if consumed { // it worked for a while: a new outage starts over
+			delay = firstDelay
 		}
 		c.o.Log.Warn("nats intake interrupted; resuming", "err", fmt.Sprint(err), "retry_in", delay.String())
 		select {
@@ -138,6 +140,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(delay):
 		}
+		delay = min(2*delay, maxDelay)
 	}
 }
 
