@@ -117,7 +117,8 @@ func TestNATSConsumerSIGKILL(t *testing.T) {
 	}
 	var info *jetstream.ConsumerInfo
 	redelivered := 0 // the most redelivered messages pending at once
-	for { // redeliveries come once the dead process's ack wait (30 s) ends
+	// Redeliveries come once the dead process's ack wait (30 s) ends.
+	for {
 		if info, err = cons.Info(ctx); err != nil {
 			t.Fatal(err)
 		}
