@@ -75,9 +75,8 @@ func decide(err error, delivered uint64, base, limit time.Duration) Decision {
 	return Decision{Action: Nak, Delay: backoff(delivered, base, limit)}
 }
 
-// reason is the termination reason the broker records (an advisory): a
-// fixed word per refusal, never the error text, which may say why a
-// signature failed.
+// reason is the logged reason of a termination: a fixed word per refusal,
+// never the error text, which may say why a signature failed.
 func reason(err error) string {
 	switch {
 	case errors.Is(err, callbacks.ErrUnknownProvider):

@@ -161,7 +161,9 @@ func TestRefundEventBeforeItsRefund(t *testing.T) {
 func TestUnsignedMessagesAreTerminated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, app.Options{})
-	e.consume(natsintake.Options{})
+	// A short ack wait: were a termination not understood by the broker,
+	// the message would come again within the wait below.
+	e.consume(natsintake.Options{AckWait: time.Second, RequestTimeout: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	o := e.createOrder("unsigned", 700)
@@ -186,7 +188,7 @@ func TestUnsignedMessagesAreTerminated(t *testing.T) {
 		}
 	}
 	e.waitFor("every message terminated", 30*time.Second, func() bool { return e.messages("terminated") == len(cases) })
-	time.Sleep(300 * time.Millisecond) // a redelivery, were there one, would show now
+	time.Sleep(2500 * time.Millisecond) // past the ack wait: a redelivery, were there one, would show now
 	if got := e.messages("terminated") + e.messages("acked") + e.messages("nacked"); got != len(cases) {
 		t.Errorf("%d messages settled, want %d (a terminated message came again)", got, len(cases))
 	}

@@ -266,8 +266,10 @@ func (c *Consumer) settle(msg jetstream.Msg, d Decision) {
 	case Nak:
 		err = msg.NakWithDelay(d.Delay)
 	case Terminate:
+		// Plain +TERM: servers before 2.10.4 do not parse "+TERM reason"
+		// and would redeliver the message. The reason goes to our log.
 		c.o.Log.Warn("nats message terminated", "subject", msg.Subject(), "reason", d.Reason)
-		err = msg.TermWithReason(d.Reason)
+		err = msg.Term()
 	}
 	if err != nil {
 		// The broker redelivers it after AckWait; the redelivery replays.
