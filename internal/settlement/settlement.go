@@ -72,6 +72,8 @@ type Options struct {
 	// AfterMerchant, if set, runs after each merchant's rows committed; an
 	// error stops the run there, as a crash would (fault tests).
 	AfterMerchant func(merchantID string) error
+	// ReadChunk is how many ledger ids one read covers (default 50,000).
+	ReadChunk int
 }
 
 // Result is what a run did.
@@ -88,14 +90,17 @@ type Result struct {
 const maxAttempts = 5
 
 // Run settles day (a UTC date; its time of day is ignored). It reads the
-// day's ledger once, grouped by merchant and currency, then commits each
-// merchant's rows in its own transaction, merchants in order.
+// day's ledger once, in chunks, summed by merchant and currency, then
+// commits each merchant's rows in its own transaction, merchants in order.
 func Run(ctx context.Context, gdb *gorm.DB, day time.Time, o Options) (Result, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	from := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
-	byMerchant, err := scan(ctx, gdb, from, o.Merchant)
+	if o.ReadChunk <= 0 {
+		o.ReadChunk = defaultReadChunk
+	}
+	byMerchant, err := scan(ctx, gdb, from, o.Merchant, o.ReadChunk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -122,45 +127,6 @@ func Run(ctx context.Context, gdb *gorm.DB, day time.Time, o Options) (Result, e
 		}
 	}
 	return res, nil
-}
-
-// scan sums the day's ledger per merchant and currency, in one pass over
-// the day's entries: ledger_entries joined to their orders for the
-// merchant. It returns the rows grouped by merchant, both in key order.
-func scan(ctx context.Context, gdb *gorm.DB, from time.Time, merchant string) ([][]Settlement, error) {
-	q := `SELECT o.merchant_id, l.currency,
-	        COALESCE(SUM(l.kind = 'payment'), 0), COALESCE(SUM(CASE WHEN l.kind = 'payment' THEN l.amount END), 0),
-	        COALESCE(SUM(l.kind = 'refund'), 0), COALESCE(SUM(CASE WHEN l.kind = 'refund' THEN l.amount END), 0)
-	   FROM ledger_entries l JOIN orders o ON o.order_no = l.order_no
-	  WHERE l.created_at >= ? AND l.created_at < ?`
-	args := []any{from, from.AddDate(0, 0, 1)}
-	if merchant != "" {
-		q += ` AND o.merchant_id = ?`
-		args = append(args, merchant)
-	}
-	q += ` GROUP BY o.merchant_id, l.currency ORDER BY o.merchant_id, l.currency`
-	rows, err := gdb.WithContext(ctx).Raw(q, args...).Rows()
-	if err != nil {
-		return nil, fmt.Errorf("settlement: read the ledger of %s: %w", from.Format(DateLayout), err)
-	}
-	defer rows.Close()
-	var out [][]Settlement
-	for rows.Next() {
-		s := Settlement{Date: from.Format(DateLayout)}
-		if err := rows.Scan(&s.MerchantID, &s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount); err != nil {
-			return nil, fmt.Errorf("settlement: read the ledger: %w", err)
-		}
-		s.Net = s.PaymentsAmount - s.RefundsAmount
-		if n := len(out); n > 0 && out[n-1][0].MerchantID == s.MerchantID {
-			out[n-1] = append(out[n-1], s)
-		} else {
-			out = append(out, []Settlement{s})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("settlement: read the ledger: %w", err)
-	}
-	return out, nil
 }
 
 // errSettled ends a merchant's transaction whose rows another run wrote.

@@ -151,7 +151,8 @@ func TestSettleEqualsTheLedger(t *testing.T) {
 	d := dbtest.New(t)
 	f := newFixture(t, d, 600, 1)
 	ctx := context.Background()
-	only, err := settlement.Run(ctx, d.Gorm, ledgerDay, settlement.Options{Merchant: "beta"})
+	// Small read chunks: the day's ledger spans many of them.
+	only, err := settlement.Run(ctx, d.Gorm, ledgerDay, settlement.Options{Merchant: "beta", ReadChunk: 97})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestSettleEqualsTheLedger(t *testing.T) {
 		}
 	}
 	for _, day := range []time.Time{ledgerDay.AddDate(0, 0, -1), ledgerDay, ledgerDay.AddDate(0, 0, 1), ledgerDay.AddDate(0, 0, 2)} {
-		res, err := settlement.Run(ctx, d.Gorm, day, settlement.Options{})
+		res, err := settlement.Run(ctx, d.Gorm, day, settlement.Options{ReadChunk: 211})
 		if err != nil {
 			t.Fatal(err)
 		}
