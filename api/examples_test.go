@@ -27,6 +27,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/settlement"
 )
 
 // observed is one real answer of the service.
@@ -385,6 +386,14 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	e.merchant(t, "GET", "/v1/orders/"+order, "", "")
 
 	produceEventSituations(t, e)
+	// Settlements: today's once settled, a day without any, a bad date.
+	today := time.Now().UTC()
+	if _, err := settlement.Run(context.Background(), e.app.DB, today, settlement.Options{}); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	expect("settlements of today", e.merchant(t, "GET", "/v1/settlements?date="+today.Format(settlement.DateLayout), "", ""), 200)
+	e.merchant(t, "GET", "/v1/settlements?date=2000-01-01", "", "")
+	e.merchant(t, "GET", "/v1/settlements?date=2026-13-01", "", "")
 }
 
 // inFlight answers a merchant request whose key is held by a request

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/mockpay"
+	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -47,6 +50,8 @@ trigger flags:
   --once               one attempt, no retries
   --timeout D          per attempt (default 5s)
   --horizon D          give up after D (default 1m)
+  --nats URL           publish the event to paysvc's JetStream intake
+                       (subject paysvc.callbacks.PROVIDER) instead of POSTing it
 
 Environment:
   MOCKPAY_URL      paysvc's base URL (default http://127.0.0.1:8080); callbacks
@@ -178,6 +183,7 @@ func trigger(ctx context.Context, args []string, getenv func(string) string, std
 		once     = fs.Bool("once", false, "")
 		timeout  = fs.Duration("timeout", mockpay.DefaultTimeout, "")
 		horizon  = fs.Duration("horizon", mockpay.DefaultHorizon, "")
+		natsURL  = fs.String("nats", "", "")
 	)
 	pos, err := parseInterspersed(fs, args)
 	switch {
@@ -265,6 +271,9 @@ func trigger(ctx context.Context, args []string, getenv func(string) string, std
 	if *id != "" {
 		d.EventID = *id
 	}
+	if *natsURL != "" {
+		return publishOne(ctx, *natsURL, *provider, d, secret, stdout)
+	}
 	fmt.Fprintf(stdout, "POST %s\n%s %s txn_id=%s webhook-id=%s\n", cfg.URL, typ, *order, *txn, d.EventID)
 	resp, err := sender.DeliverResponse(ctx, d)
 	if resp.Status != 0 {
@@ -287,5 +296,31 @@ func nonNegative(name string, d time.Duration) error {
 	if d < 0 {
 		return usageError("--%s must not be negative", name)
 	}
+	return nil
+}
+
+// publishOne publishes one signed event to the JetStream intake; paysvc's
+// consumer applies it, and the answer is only the stream's acknowledgement.
+func publishOne(ctx context.Context, natsURL, provider string, d mockpay.Delivery, secret webhooks.Secret, stdout io.Writer) error {
+	pub, err := mockpay.NewPublisher(ctx, natsURL, provider)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	body, err := json.Marshal(d.Event)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://mockpay.invalid/", nil)
+	if err != nil {
+		return err
+	}
+	mockpay.SignRequest(req, secret, d.EventID, time.Now(), body)
+	seq, err := pub.Publish(ctx, req.Header, body)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "PUBLISH %s\n%s %v txn_id=%v webhook-id=%s\nstream %s sequence %d\n",
+		pub.Subject(), d.Event.Type, d.Event.Data["order_no"], d.Event.Data["txn_id"], d.EventID, natsintake.Stream, seq)
 	return nil
 }

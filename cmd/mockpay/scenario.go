@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -44,6 +45,10 @@ Flags (defaults in brackets):
   --timeout D                per attempt [5s]
   --max-backoff D            longest wait between retries [5s]
   --horizon D                give an event up after D [1m]
+  --nats URL                 publish every provider event to paysvc's JetStream
+                             intake (stream PAYSVC_CALLBACKS) first; the HTTP
+                             delivery that follows is the provider's
+                             redelivery and reads the stored result
   -v                         log every retry
 
 Exit status: 0 when every event was delivered and every check held; 1
@@ -75,6 +80,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		maxBackoff   = fs.Duration("max-backoff", mockpay.DefaultMaxBackoff, "")
 		horizon      = fs.Duration("horizon", mockpay.DefaultHorizon, "")
 		verbose      = fs.Bool("v", false, "")
+		natsURL      = fs.String("nats", "", "")
 	)
 	pos, err := parseInterspersed(fs, args)
 	switch {
@@ -186,6 +192,19 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	if *readyTimeout == 0 {
 		cfg.ReadyTimeout = -1 // --ready-timeout 0: do not wait
 	}
+	if *natsURL != "" {
+		pub, err := mockpay.NewPublisher(ctx, *natsURL, *provider)
+		if err != nil {
+			return configError(err)
+		}
+		defer pub.Close()
+		logf("publishing provider events to %s at %s", pub.Subject(), *natsURL)
+		cfg.Publish = func(ctx context.Context, h http.Header, body []byte) error {
+			_, err := pub.Publish(ctx, h, body)
+			return err
+		}
+		cfg.PublishSettle = natsSettle
+	}
 	rep, err := mockpay.RunScenario(ctx, cfg)
 	if rep.OrdersCreated > 0 { // nothing to show if it stopped before
 		rep.Print(stdout)
@@ -205,6 +224,10 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	return nil
 }
+
+// natsSettle is how long a published event is given to be consumed before
+// its HTTP redelivery asks for the result.
+const natsSettle = 250 * time.Millisecond
 
 // readOrdersFile reads "ORDER_NO AMOUNT CURRENCY" lines (spaces, tabs or
 // commas between; blank lines and # comments skipped) into one

@@ -13,6 +13,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/mockpay"
 	"github.com/paysvc/paysvc/internal/reconcile"
+	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -89,6 +90,9 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintln(stdout)
 	books.Print(stdout)
+	if err := printSettlement(ctx, stdout, a, cfg.APIKeys[apiKey], time.Now().UTC()); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	switch {
 	case !books.Clean():
 		return &exitError{code: 1, err: fmt.Errorf("demo: reconcile found %d problems", len(books.Findings))}
@@ -96,6 +100,27 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 		return &exitError{code: 1, err: errors.New("demo: the scenario saw contract violations or gave up on events")}
 	}
 	progress("done: books clean")
+	return nil
+}
+
+// printSettlement runs the daily settlement for today, as `paysvc settle
+// --date` would, and prints the demo merchant's rows: what the ledger
+// booked today, net of refunds. A second demo on the same database the same
+// day finds today already settled (the job writes each row once).
+func printSettlement(ctx context.Context, w io.Writer, a *app.App, merchant string, today time.Time) error {
+	date := today.Format(settlement.DateLayout)
+	res, err := settlement.Run(ctx, a.DB, today, settlement.Options{})
+	if err != nil {
+		return fmt.Errorf("settle %s: %w", date, err)
+	}
+	rows, err := settlement.List(ctx, a.DB, merchant, today)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nsettlement of %s (paysvc settle --date %s): settled %d new, %d existing\n", date, date, len(res.New), res.Existing)
+	for _, s := range rows {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
 	return nil
 }
 

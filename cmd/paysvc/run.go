@@ -30,6 +30,9 @@ Usage:
   paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
   paysvc demo                  the tour: serve + a simulated provider paying orders, then reconcile
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
+  paysvc settle --date YYYY-MM-DD [--merchant ID]
+                               the daily settlement of a UTC day, per merchant and currency, from the
+                               ledger; prints each new settlement, then "settled N new, M existing"
   paysvc experiments [name...] re-measure docs/EXPERIMENTS.md in scratch databases (check-then-insert, commit-order, window, claim-styles; none = all)
   paysvc --help                this text
 
@@ -80,6 +83,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError("reconcile takes no arguments")
 		}
 		return reconcileCmd(ctx, cfg, stdout)
+	case "settle":
+		return settleCmd(ctx, cfg, args[1:], stdout)
 	case "demo":
 		if len(args) > 1 {
 			return usageError("demo takes no arguments")

@@ -15,12 +15,14 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -40,6 +42,10 @@ type App struct {
 	now      func() time.Time
 	timeouts HTTPTimeouts
 	notify   *notifications // events and their relay (outbox.go)
+
+	// Callbacks applies provider events; the HTTP route and the NATS
+	// intake both call it.
+	Callbacks *callbacks.Handler
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -54,6 +60,9 @@ type Options struct {
 	// NoEvents builds the service without its outbox: no events are
 	// written (cmd/bench measures what the outbox costs against it).
 	NoEvents bool
+	// RefundNo replaces the refund number generator (tests of events
+	// that arrive before their refund).
+	RefundNo func() string
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -118,11 +127,14 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		_ = db.Close(relayPool)
 		return nil, err
 	}
-	ordersSvc, paymentsSvc := orders.NewService(now, nil), payments.NewService(now, nil, log)
+	ordersSvc, paymentsSvc := orders.NewService(now, nil), payments.NewService(now, opts.RefundNo, log)
 	if !opts.NoEvents {
 		ordersSvc.WithOutbox(notify.recorder)
 		paymentsSvc.WithOutbox(notify.recorder)
 	}
+	// One callback use case for every intake (HTTP, NATS).
+	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Verifiers: verifiers,
+		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -138,9 +150,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Reserve:        reserve,
 		Now:            now,
 		WakeRelay:      notify.relay.Wake,
+		Callbacks:      cbs,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify}, nil
+		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -224,6 +237,16 @@ func (a *App) purgeLoop(ctx context.Context) {
 		if n > 0 {
 			a.Log.Info("purged expired idempotency records", "purged", n)
 		}
+	}
+}
+
+// consumeNATS runs the JetStream intake of provider events (§15) until ctx
+// is done; it reconnects by itself and never makes the service unready.
+func (a *App) consumeNATS(ctx context.Context) {
+	c := natsintake.New(a.Callbacks, natsintake.Options{URL: a.Config.NATSURL, Log: a.Log, Metrics: a.Metrics,
+		RequestTimeout: a.Config.RequestTimeout})
+	if err := c.Run(ctx); err != nil {
+		a.Log.Error("nats intake stopped", "err", err.Error())
 	}
 }
 
@@ -329,6 +352,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		relayDone := make(chan struct{})
 		defer func() { stopPurge(); <-relayDone }()
 		go func() { defer close(relayDone); a.relayLoop(purgeCtx) }()
+	}
+	if a.Config.NATSURL != "" {
+		natsDone := make(chan struct{})
+		defer func() { stopPurge(); <-natsDone }()
+		go func() { defer close(natsDone); a.consumeNATS(purgeCtx) }()
 	}
 	a.Log.Info("listening", "addr", ln.Addr().String())
 	select {

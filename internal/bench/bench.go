@@ -6,6 +6,9 @@
 //	orders     (c) POST /v1/orders against its raw-SQL equivalent
 //	storage    (d) bytes per idempotency record
 //	purge      (e) a writer's latency without and during purge
+//	nats       (f) callbacks through NATS JetStream against HTTP
+//	settle     (g) the daily settlement of a day's ledger, and callback
+//	           latency during it
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -42,6 +45,10 @@ const (
 	// SectionOutbox compares callbacks with and without the outbox and
 	// times the relay (issue 12).
 	SectionOutbox = "outbox"
+	// SectionNATS: callbacks through NATS JetStream against HTTP (g);
+	// SectionSettle: the daily settlement and callbacks during it (h).
+	SectionNATS   = "nats"
+	SectionSettle = "settle"
 )
 
 var sectionAliases = map[string]string{
@@ -51,6 +58,8 @@ var sectionAliases = map[string]string{
 	"e": SectionPurge, SectionPurge: SectionPurge,
 	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
 	"f": SectionOutbox, SectionOutbox: SectionOutbox,
+	"g": SectionNATS, SectionNATS: SectionNATS,
+	"h": SectionSettle, SectionSettle: SectionSettle,
 }
 
 // Options are the command's flags.
@@ -68,6 +77,8 @@ type Options struct {
 	PurgeRows    int
 	PurgeBatch   int
 	PurgeWriters int
+	// SettleEntries is the size of the settled day's ledger (g).
+	SettleEntries int
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -79,7 +90,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -91,6 +102,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PurgeRows, "purge-rows", 150_000, "expired records, and as many fresh ones, for the purge section")
 	fs.IntVar(&o.PurgeBatch, "purge-batch", 5000, "purge batch size")
 	fs.IntVar(&o.PurgeWriters, "purge-writers", 1, "concurrent writers during the purge section")
+	fs.IntVar(&o.SettleEntries, "settle-entries", 1_000_000, "ledger entries of the day the settle section settles")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./cmd/bench [flags]\n\nMeasures paysvc against its raw-SQL limit in a scratch database on PAYSVC_DSN's\nserver (else PAYSVC_TEST_DSN's, else root@127.0.0.1:3306), dropped at the end.\n\n")
 		fs.PrintDefaults()
@@ -105,12 +117,13 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.Quick {
 		quick := map[string]func(){
-			"duration":     func() { o.Duration = 300 * time.Millisecond },
-			"warmup":       func() { o.Warmup = 100 * time.Millisecond },
-			"rounds":       func() { o.Rounds = 1 },
-			"storage-rows": func() { o.StorageRows = 2000 },
-			"purge-rows":   func() { o.PurgeRows = 3000 },
-			"purge-batch":  func() { o.PurgeBatch = 1000 },
+			"duration":       func() { o.Duration = 300 * time.Millisecond },
+			"warmup":         func() { o.Warmup = 100 * time.Millisecond },
+			"rounds":         func() { o.Rounds = 1 },
+			"storage-rows":   func() { o.StorageRows = 2000 },
+			"purge-rows":     func() { o.PurgeRows = 3000 },
+			"purge-batch":    func() { o.PurgeBatch = 1000 },
+			"settle-entries": func() { o.SettleEntries = 20_000 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -132,7 +145,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -143,8 +156,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, errors.New("-warmup must not be negative")
 	case o.Rounds < 1:
 		return o, errors.New("-rounds must be at least 1")
-	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1:
-		return o, errors.New("-storage-rows, -purge-rows, -purge-batch and -purge-writers must be at least 1")
+	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
+		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	}
 	return o, nil
 }
@@ -169,6 +182,8 @@ type Report struct {
 	Storage    []Storage
 	Purge      *Purge
 	Outbox     *Outbox
+	Broker     []BrokerComparison
+	Settle     *Settle
 }
 
 type bench struct {
@@ -209,7 +224,8 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 	}
 	b.header(rep.Machine, sc.cfg.DBName)
 
-	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] {
+	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
+		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] {
 		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
 			return rep, err
 		}
@@ -307,6 +323,24 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 			printComparison(b.stdout, c)
 		}
 	}
+	if !b.opts.Skip[SectionNATS] {
+		fmt.Fprintf(b.stdout, "\n== (g) payment.succeeded callbacks: through NATS JetStream (publish until applied) vs over HTTP; 1/3 duplicates ==\n")
+		bc, err := b.brokerSection(ctx, svc, supply)
+		rep.Broker = bc
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		printBroker(b.stdout, bc)
+	}
+	if !b.opts.Skip[SectionSettle] {
+		fmt.Fprintf(b.stdout, "\n== (h) daily settlement, and callbacks during it ==\n")
+		st, err := b.settleSection(ctx, raw, svc, supply)
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		rep.Settle = &st
+		printSettle(b.stdout, st)
+	}
 	return nil
 }
 
@@ -395,6 +429,14 @@ func (b *bench) summary(rep *Report) {
 				c.N, c.Raw.MedianRate, c.Service.MedianRate, c.ThroughputRatio, metMissed(c.ThroughputMet))
 		}
 		fmt.Fprintf(w, "  relay     %.0f events/s to a local receiver (%s)\n", o.RelayMed, metMissed(o.RelayMed >= RelayTarget))
+	}
+	for _, c := range rep.Broker {
+		fmt.Fprintf(w, "  nats      N=%-3d HTTP %8.1f ops/s p99 %6sms | JetStream %8.1f ops/s p99 %6sms\n",
+			c.N, c.HTTP.MedianRate, ms(c.HTTP.P99), c.NATS.MedianRate, ms(c.NATS.P99))
+	}
+	if s := rep.Settle; s != nil {
+		fmt.Fprintf(w, "  settle    %d entries in %.2fs; callback p99 %sms → %sms during: %.2f× (%s)\n",
+			s.Entries, s.MedianSeconds, ms(s.BaselineP99), ms(s.SettleP99), s.P99Ratio, metMissed(s.Met))
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
 }

@@ -46,7 +46,8 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"command: go run ./cmd/bench -quick", "machine: ", "server:  ", "== round trips",
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
-		"== (d) storage", "== (e) purge under load", "== (f) outbox", "== summary",
+		"== (d) storage", "== (e) purge under load", "== (f) outbox",
+		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement", "== summary",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -144,6 +145,26 @@ func TestQuickRun(t *testing.T) {
 			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {
 				t.Errorf("outbox N=%d: errors %d/%d (first: %s / %s), ratio %v", c.N, c.Raw.Errs, c.Service.Errs,
 					c.Raw.FirstErr, c.Service.FirstErr, c.ThroughputRatio)
+			}
+		}
+	}
+	if len(rep.Broker) != len(opts.Ns) {
+		t.Errorf("nats: %d comparisons, want one per N (%v)", len(rep.Broker), opts.Ns)
+	}
+	for _, c := range rep.Broker {
+		if !(c.HTTP.Ops > 0 && c.NATS.Ops > 0 && c.NATS.P99 > 0 && c.HTTP.Errs+c.NATS.Errs == 0) {
+			t.Errorf("nats N=%d: %+v", c.N, c)
+		}
+	}
+	if st := rep.Settle; st == nil {
+		t.Error("no settle result")
+	} else {
+		for i, r := range st.Rounds {
+			// Every round settles the whole day again; the ledger has
+			// 1000 merchants in two currencies, and opts.SettleEntries
+			// entries are enough for nearly all of them to have both.
+			if !(r.Rows > 0 && r.BaselineOps > 0 && r.SettleOps > 0 && r.WriterErrs == 0) {
+				t.Errorf("settle round %d: %+v", i+1, r)
 			}
 		}
 	}

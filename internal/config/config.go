@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -52,6 +53,10 @@ type Config struct {
 	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
 	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
 	Notify           Notify              // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
+
+	// NATSURL enables the JetStream intake of provider events (§15) when
+	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
+	NATSURL string
 }
 
 const (
@@ -137,6 +142,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 	l.notify(&c.Notify)
+	l.natsURL(&c.NATSURL)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -528,6 +534,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("db_max_conns", c.DBMaxConns),
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 		slog.Any("notify", notifyLog(c.Notify)),
+		slog.String("nats_url", maskURL(c.NATSURL)),
 	)
 }
 
@@ -558,4 +565,42 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+const envNATSURL = "PAYSVC_NATS_URL"
+
+// natsURL reads PAYSVC_NATS_URL: unset or empty leaves the intake off; a set
+// value must be a nats://, tls:// or ws(s):// URL with a host, or a list of
+// them separated by commas (a cluster's seed servers).
+func (l *loader) natsURL(dst *string) {
+	v, ok := l.get(envNATSURL)
+	if !ok || v == "" {
+		return
+	}
+	for _, one := range strings.Split(v, ",") {
+		u, err := url.Parse(strings.TrimSpace(one))
+		if err != nil || u.Host == "" {
+			l.fail(envNATSURL, "not a URL with a host (e.g. nats://127.0.0.1:4222)")
+			return
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			l.fail(envNATSURL, "scheme must be nats, tls, ws or wss (e.g. nats://127.0.0.1:4222)")
+			return
+		}
+	}
+	*dst = v
+}
+
+// maskURL hides the user information of URLs such as PAYSVC_NATS_URL.
+func maskURL(v string) string {
+	parts := strings.Split(v, ",")
+	for i, one := range parts {
+		if u, err := url.Parse(strings.TrimSpace(one)); err == nil && u.User != nil {
+			u.User = url.User("REDACTED")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -472,6 +472,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"request_timeout":   "10s",
 		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
 			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
+		"nats_url": "",
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)

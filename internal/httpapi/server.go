@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/api"
+	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
@@ -49,6 +50,9 @@ type Deps struct {
 	// set, tells the local relay that a redelivery is due (CONTRACT §10).
 	Now       func() time.Time
 	WakeRelay func()
+	// Callbacks is the callback use case shared with the NATS intake; when
+	// nil, New builds one from Engine, Payments, Verifiers and CallbackTTL.
+	Callbacks *callbacks.Handler
 }
 
 type server struct {
@@ -61,9 +65,8 @@ type server struct {
 	ttl     time.Duration
 	reserve *gorm.DB
 
-	payments    *payments.Service
-	verifiers   map[string]*webhooks.Verifier
-	callbackTTL time.Duration
+	payments  *payments.Service
+	callbacks *callbacks.Handler
 
 	now       func() time.Time
 	wakeRelay func()
@@ -81,15 +84,18 @@ func New(d Deps) *gin.Engine {
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
 
-		payments:    d.Payments,
-		verifiers:   d.Verifiers,
-		callbackTTL: d.CallbackTTL,
+		payments:  d.Payments,
+		callbacks: d.Callbacks,
 
 		now:       d.Now,
 		wakeRelay: d.WakeRelay,
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.callbacks == nil {
+		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Verifiers: d.Verifiers,
+			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger, Code: ProblemCode})
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -120,6 +126,7 @@ func New(d Deps) *gin.Engine {
 	merchant.GET("/events", s.listEvents)
 	merchant.GET("/events/:id", s.getEvent)
 	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
+	merchant.GET("/settlements", s.listSettlements)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }

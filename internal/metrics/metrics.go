@@ -31,6 +31,9 @@ type Metrics struct {
 	NotifyExhausted     prometheus.Counter
 	OutboxPending       prometheus.Gauge
 	OutboxOldestPending prometheus.Gauge
+	// NATSMessages{result}: messages of the JetStream intake (§15) by what
+	// was done with them: acked, nacked or terminated.
+	NATSMessages *prometheus.CounterVec
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -56,6 +59,11 @@ func New() *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "code"}),
 	}
+	m.NATSMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_nats_messages_total",
+		Help: "Messages of the NATS JetStream intake by result (acked, nacked, terminated).",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.NATSMessages)
 	m.Registry.MustRegister(m.IdempotencyRequests, m.Callbacks, m.Purged, m.HTTPDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.NotifyAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{

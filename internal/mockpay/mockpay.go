@@ -175,6 +175,13 @@ type Config struct {
 	// given up, or stopped by ctx) with the last answer. It may be called
 	// from several goroutines at once.
 	OnResult func(d Delivery, status int, body []byte, err error)
+	// Publish, if set, first publishes each delivery, signed, to paysvc's
+	// JetStream intake (see Publisher) and waits PublishSettle; the HTTP
+	// attempts that follow are the provider's redelivery of the same
+	// event, whose answer — a replay once the consumer has applied it —
+	// is the result the caller reads.
+	Publish       func(ctx context.Context, header http.Header, body []byte) error
+	PublishSettle time.Duration
 }
 
 // Defaults of Config.
@@ -585,6 +592,11 @@ func (s *Sender) attempts(ctx context.Context, d Delivery, cs collectors) (Respo
 	if err != nil {
 		return Response{}, fmt.Errorf("mockpay: encode event %s: %w", d.EventID, err)
 	}
+	if s.cfg.Publish != nil {
+		if err := s.publish(ctx, d, payload); err != nil {
+			return Response{}, err
+		}
+	}
 	start := s.cfg.Now()
 	for n := 1; ; n++ {
 		a := s.attempt(ctx, d, payload)
@@ -671,6 +683,22 @@ func (s *Sender) attempt(ctx context.Context, d Delivery, payload []byte) answer
 		a.retryAfter, a.hasRA = parseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
 	}
 	return a
+}
+
+// publish hands the signed delivery to Config.Publish and lets the consumer
+// apply it before the HTTP redelivery.
+func (s *Sender) publish(ctx context.Context, d Delivery, payload []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, nil)
+	if err != nil {
+		return err
+	}
+	SignRequest(req, s.cfg.Secret, d.EventID, s.cfg.Now(), payload)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if err := s.cfg.Publish(pctx, req.Header, payload); err != nil {
+		return fmt.Errorf("mockpay: %s %s: %w", d.Event.Type, d.EventID, err)
+	}
+	return s.cfg.Sleep(ctx, s.cfg.PublishSettle)
 }
 
 // SignRequest sets the Standard Webhooks headers (and Content-Type) on req

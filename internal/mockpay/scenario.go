@@ -73,6 +73,10 @@ type ScenarioConfig struct {
 	Logf func(format string, args ...any)
 	// LogAttempts also passes the sender's per-retry lines to Logf.
 	LogAttempts bool
+	// Publish and PublishSettle: see Config; set, every provider event
+	// goes to paysvc's JetStream intake first.
+	Publish       func(ctx context.Context, header http.Header, body []byte) error
+	PublishSettle time.Duration
 }
 
 // DefaultScenario is the demo's mix of cases.
@@ -293,6 +297,8 @@ func newScenarioRun(cfg ScenarioConfig) (*scenarioRun, error) {
 		HTTPClient:    client,
 		Logf:          senderLog,
 		OnResult:      r.onResult,
+		Publish:       cfg.Publish,
+		PublishSettle: cfg.PublishSettle,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,163 @@
+// Package callbacks is the one use case of a provider event, whatever
+// carried it: the HTTP route POST /v1/callbacks/{provider} and the NATS
+// JetStream intake both hand it (provider, webhook headers, body) and get
+// back the stored response. Verification, key derivation
+// ({provider}:{type}:{txn_id}, never a delivery or message id), the
+// fingerprint of data, the engine call and the bytes stored all live here,
+// so an event published to the broker and the same event POSTed over HTTP
+// are one business event: the second replays the first's stored bytes.
+package callbacks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/webhooks"
+)
+
+// ErrUnknownProvider: no webhook secret is configured for the provider.
+var ErrUnknownProvider = errors.New("unknown provider")
+
+// ContentType is the content type of every stored callback response.
+const ContentType = "application/json"
+
+// unhandledTypeLabel is the metrics type label of unhandled events: the type
+// is the provider's to choose and must not mint time series.
+const unhandledTypeLabel = "other"
+
+// The answer to an event of a type no handler acts on (CONTRACT §5 v2).
+var unhandledBody = mustMarshal(struct {
+	Result payments.Result `json:"result"`
+}{payments.Unhandled})
+
+// body is the stored response of an executed callback.
+type body struct {
+	Result  payments.Result `json:"result"`
+	OrderNo string          `json:"order_no"`
+}
+
+// Deps is what the use case needs; app wires it.
+type Deps struct {
+	Engine   *idempotency.Engine
+	Payments *payments.Service
+	// Verifiers holds one webhook verifier per configured provider.
+	Verifiers map[string]*webhooks.Verifier
+	// TTL is the window of provider callbacks (PAYSVC_CALLBACK_TTL).
+	TTL     time.Duration
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+	// Code names an error's contract code (httpapi.ProblemCode): the
+	// result label of paysvc_callbacks_total for a refused event.
+	Code func(error) string
+}
+
+// Handler applies provider events.
+type Handler struct{ d Deps }
+
+// New builds the use case.
+func New(d Deps) *Handler { return &Handler{d: d} }
+
+// Outcome is what one delivery of an event came to.
+type Outcome struct {
+	// Result is the response to answer with: stored (first or replayed) or,
+	// for an unhandled type, built afresh and never stored.
+	Result idempotency.Result
+	// Unhandled: a correctly signed event of a type no handler acts on;
+	// nothing was written and Result.Outcome is empty.
+	Unhandled bool
+}
+
+// Apply runs the checks of CONTRACT §5 in order — provider, signature,
+// event — and then the engine with the derived key. A returned error is one
+// of ErrUnknownProvider, webhooks.ErrInvalidSignature, a validate.Error
+// (400) or the engine's (in flight, key reused, business refusal such as
+// payments.ErrRetryLater, unavailable). A payment applied on first
+// delivery: claim, BEGIN, payment INSERT, order UPDATE, ledger INSERT,
+// order locking read and event INSERT (the outbox), fence, COMMIT = 9
+// round trips; a replay: 2.
+func (h *Handler) Apply(ctx context.Context, provider string, header http.Header, raw []byte) (Outcome, error) {
+	verifier, known := h.d.Verifiers[provider]
+	if !known {
+		h.count("unknown", "", "unknown_provider")
+		return Outcome{}, ErrUnknownProvider
+	}
+	if err := verifier.Verify(header, raw); err != nil {
+		// Why goes to the log only: "302s behind, tolerance 300s" would
+		// tell anyone the server's clock and its tolerance, and which
+		// check a forgery got past. The sender gets one fixed answer.
+		h.d.Log.WarnContext(ctx, "callback signature refused", "provider", provider, "err", err.Error())
+		h.count(provider, "", "invalid_signature")
+		return Outcome{}, webhooks.ErrInvalidSignature
+	}
+	ev, data, err := payments.DecodeEvent(raw)
+	if errors.Is(err, payments.ErrUnhandledType) {
+		h.count(provider, unhandledTypeLabel, string(payments.Unhandled))
+		return Outcome{Unhandled: true, Result: idempotency.Result{Response: idempotency.Response{
+			Status: http.StatusOK, ContentType: ContentType, Body: unhandledBody}}}, nil
+	}
+	if err != nil {
+		h.count(provider, "", "invalid_request")
+		return Outcome{}, err
+	}
+	req := idempotency.Request{
+		Scope:       idempotency.CallbackScope(provider),
+		Key:         provider + ":" + string(ev.Type) + ":" + ev.TxnID,
+		Fingerprint: idempotency.DataFingerprint(data),
+		TTL:         h.d.TTL,
+	}
+	var result payments.Result
+	res, err := h.d.Engine.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+		var err error
+		if result, err = h.d.Payments.HandleCallback(ctx, tx, provider, ev); err != nil {
+			return idempotency.Response{}, err
+		}
+		return idempotency.Response{Status: http.StatusOK, ContentType: ContentType,
+			Body: mustMarshal(body{Result: result, OrderNo: ev.OrderNo})}, nil
+	})
+	switch {
+	case err != nil:
+		h.count(provider, string(ev.Type), h.d.Code(err))
+	case res.Replayed():
+		h.count(provider, string(ev.Type), string(StoredResult(res.Response)))
+	default:
+		h.count(provider, string(ev.Type), string(result))
+	}
+	return Outcome{Result: res}, err
+}
+
+// StoredResult reads the result out of a stored callback response; only a
+// replay needs it, since a first execution knows its result.
+func StoredResult(r idempotency.Response) payments.Result {
+	var stored body
+	_ = json.Unmarshal(r.Body, &stored)
+	return stored.Result
+}
+
+// count labels by configured provider names only: the HTTP path segment and
+// the NATS subject are sender-chosen and must not mint time series.
+func (h *Handler) count(provider, typ, result string) {
+	h.d.Metrics.Callbacks.WithLabelValues(provider, typ, result).Inc()
+}
+
+// mustMarshal encodes v as compact JSON without HTML escaping, like every
+// response of the service. Only types built here are passed, so it cannot
+// fail.
+func mustMarshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("callbacks: marshal " + err.Error())
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
