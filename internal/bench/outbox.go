@@ -105,12 +105,18 @@ func (b *bench) outboxSection(ctx context.Context, raw *sql.DB, sc *scratch) (ou
 // comparison per N.
 func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer) (cs []Comparison, err error) {
 	maxN := slices.Max(b.opts.Ns)
-	plain, err := startServiceWith(ctx, sc.dsn, maxN, nil, app.Options{NoEvents: true})
+	// Two services run at once here: each gets a pool just above the
+	// largest N rather than the default 32, so that the pair stays well
+	// within the server's max_connections (151 on MariaDB) while other
+	// tests share the server; both sides alike, so the comparison holds.
+	conns := min(32, maxN+8)
+	plain, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) { c.DBMaxConns = conns }, app.Options{NoEvents: true})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = plain.stop() }()
 	withOutbox, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) {
+		c.DBMaxConns = conns
 		c.Notify.Endpoints = map[string]config.Endpoint{merchantID: {URL: rcv.url, Secrets: []string{notifySecret}}}
 	}, app.Options{})
 	if err != nil {
