@@ -186,16 +186,25 @@ func waitForDatabase(ctx context.Context, dbcfg *db.MySQLConfig, log *slog.Logge
 }
 
 // Providers builds the provider adapters: an inbound one per provider with
-// webhook secrets. A provider without a kind of its own (providerKinds)
+// webhook secrets, an outbound one per entry of PAYSVC_PROVIDER_API. A provider without a kind of its own (providerKinds)
 // speaks Standard Webhooks and the generic API: the mockpay adapter.
 func Providers(cfg config.Config, now func() time.Time) (*providers.Registry, error) {
 	return providers.Build(providers.Config{
 		Secrets:   cfg.WebhookSecrets,
 		Tolerance: cfg.WebhookTolerance,
 		Now:       now,
+		APIs:      providerAPIs(cfg.Providers.APIs),
 		Kinds:     providerKinds,
 		Default:   mockpayadapter.Kind,
 	})
+}
+
+func providerAPIs(cfg map[string]config.ProviderAPI) map[string]providers.API {
+	out := make(map[string]providers.API, len(cfg))
+	for p, a := range cfg {
+		out[p] = providers.API{URL: a.URL, APIKey: a.APIKey}
+	}
+	return out
 }
 
 // providerKinds maps provider names to adapters other than the default.
