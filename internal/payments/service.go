@@ -26,6 +26,7 @@ type Service struct {
 	refundNo func() string
 	log      *slog.Logger
 	outbox   Outbox // nil: no events
+	calls    Calls  // nil: no provider is called (calls.go)
 }
 
 // NewService returns a Service; nil arguments take defaults.
@@ -63,7 +64,8 @@ type RefundInput struct {
 // the guarded relative UPDATE of the order.
 func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, in RefundInput) (Refund, error) {
 	at := s.at()
-	if _, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo); err != nil {
+	o, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo)
+	if err != nil {
 		return Refund{}, err
 	}
 	r := Refund{
@@ -91,6 +93,9 @@ func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, ord
 			// the row; this must roll back instead.
 			return Refund{}, fmt.Errorf("refund refused (%v), withdrawing its row: %w", err, derr)
 		}
+		return Refund{}, err
+	}
+	if err := s.decideRefund(ctx, tx, o, r); err != nil {
 		return Refund{}, err
 	}
 	return r, nil
