@@ -238,3 +238,74 @@ func TestNoProviderAPI(t *testing.T) {
 		t.Errorf("refund %s, want PENDING", st)
 	}
 }
+
+// TestAutomaticRefunds: 20 duplicate payments, each delivered twice, while
+// the provider answers every first call 503 → 20 keys auto:{provider}:{txn},
+// 20 refunds at the provider; their refund callbacks settle them
+// (payment.refunded), and reconcile counts 20 returned, none by hand. A
+// late payment whose refund the provider refuses stays a finding.
+func TestAutomaticRefunds(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	f := newFakeProvider(t, func(key string, n int) int {
+		if key == "auto:"+cbProvider+":txn-late" {
+			return 400
+		}
+		return map[bool]int{true: 503, false: 200}[n == 1]
+	})
+	s := cbNewService(t, d, app.Options{}, withProviderAPI(f))
+	runCalls(t, s.app, 3)
+	orders := s.createOrders(t, 20, "dup", 700)
+	cbBarrier(len(orders), func(i int) {
+		s.pay(t, orders[i], fmt.Sprintf("txn-first-%02d", i))
+		dup := cbPaid(orders[i], fmt.Sprintf("txn-dup-%02d", i))
+		for range 2 {
+			if a := s.send(t, dup); !a.is(http.StatusOK, "duplicate_payment") {
+				t.Errorf("duplicate: %v", a)
+			}
+		}
+	})
+	late := s.createOrder(t, "late-1", 300, "EUR")
+	if a, err := s.merchant(context.Background(), http.MethodPost, "/v1/orders/"+late.OrderNo+"/cancel", "cancel-late-1", nil); err != nil || a.Status != http.StatusOK {
+		t.Fatalf("cancel: %v %v", a, err)
+	}
+	if a := s.send(t, cbPaid(late, "txn-late")); !a.is(http.StatusOK, "late_payment") {
+		t.Fatalf("late: %v", a)
+	}
+	eventually(t, "21 calls finished", func() bool {
+		return d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE kind = 1 AND status <> 0`) == 21
+	})
+	calls := f.refundCalls()
+	if len(calls) != 21 {
+		t.Errorf("%d distinct keys, want 21", len(calls))
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE type = 'payment.flagged' AND JSON_EXTRACT(data, '$.refund.refund_no') IS NOT NULL`); n != 21 {
+		t.Errorf("%d payment.flagged events with data.refund, want 21", n)
+	}
+	for i := range orders {
+		key := fmt.Sprintf("auto:%s:txn-dup-%02d", cbProvider, i)
+		cs := calls[key]
+		if len(cs) != 2 {
+			t.Fatalf("key %s: %d calls, want 2 (a 503, then accepted)", key, len(cs))
+		}
+		ref, _ := cs[0].Body["reference"].(string)
+		if cs[0].Body["amount"] != 700.0 || cs[1].Body["reference"] != ref || cs[0].Body["payment_txn_id"] != fmt.Sprintf("txn-dup-%02d", i) {
+			t.Errorf("key %s: bodies %v / %v", key, cs[0].Body, cs[1].Body)
+		}
+		if a := s.send(t, cbRefundSettled(true, orders[i], ref, fmt.Sprintf("re-dup-%02d", i), 700)); !a.is(http.StatusOK, "applied") {
+			t.Errorf("refund callback of %s: %v", key, a)
+		}
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE type = 'payment.refunded'`); n != 20 {
+		t.Errorf("%d payment.refunded events, want 20", n)
+	}
+	for _, o := range orders {
+		if got := s.getOrder(t, o.OrderNo); got.Status != "PAID" || got.RefundedAmount != 0 {
+			t.Errorf("order of a duplicate changed: %v", got)
+		}
+	}
+	rep := cbReconcile(t, d)
+	if rep.Returned != 20 || rep.ToRefund != 0 || len(rep.Findings) != 1 || rep.Findings[0].Check != "automatic refund failed" {
+		t.Errorf("reconcile: returned %d, to refund %d, findings %v", rep.Returned, rep.ToRefund, rep.Findings)
+	}
+}

@@ -21,6 +21,22 @@ type RefundCall struct {
 	PaymentTxnID string
 	Amount       int64
 	Currency     string
+	// Auto: an automatic refund of a payment no order keeps (CONTRACT
+	// §11.2); no refunds row exists for it.
+	Auto bool
+}
+
+// AutoRefund is an automatic refund as its call row holds it.
+type AutoRefund struct {
+	ID           string
+	Provider     string
+	RefundNo     string
+	OrderNo      string
+	PaymentTxnID string
+	Amount       int64
+	Currency     string
+	Settled      string // "", SUCCEEDED or FAILED
+	SettledTxnID string
 }
 
 // Calls decides calls to providers in the transaction of the change that
@@ -32,6 +48,65 @@ type Calls interface {
 	// DecideRefund writes the call in tx. Deciding the same key again
 	// writes nothing.
 	DecideRefund(ctx context.Context, tx *gorm.DB, c RefundCall) error
+	// LockAutoRefund reads the automatic refund whose reference is
+	// refundNo, locking it; found is false if there is none.
+	LockAutoRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r AutoRefund, found bool, err error)
+	// SettleAutoRefund records the provider's outcome of an automatic
+	// refund.
+	SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, txnID string) error
+}
+
+// AutoKey is the Idempotency-Key of the automatic refund of a payment.
+func AutoKey(provider, txnID string) string { return "auto:" + provider + ":" + txnID }
+
+// decideAutoRefund decides the full refund of a payment that took money no
+// order keeps, if its provider has an API; it returns the refund number
+// ("" when none was decided). 1 statement.
+func (s *Service) decideAutoRefund(ctx context.Context, tx *gorm.DB, provider string, ev Event) (string, error) {
+	if s.calls == nil || !s.calls.Calls(provider) {
+		return "", nil
+	}
+	refundNo := s.refundNo()
+	err := s.calls.DecideRefund(ctx, tx, RefundCall{Provider: provider, Key: AutoKey(provider, ev.TxnID), RefundNo: refundNo,
+		OrderNo: ev.OrderNo, PaymentTxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Auto: true})
+	return refundNo, err
+}
+
+// autoRefundSettled applies a refund callback whose refund_no is an
+// automatic refund's reference; handled is false when it is not one. The
+// order (o, locked by the caller) does not change: the money was never
+// the order's. A success records payment.refunded.
+func (s *Service) autoRefundSettled(ctx context.Context, tx *gorm.DB, provider string, o orders.Order, ev Event) (handled bool, res Result, err error) {
+	if s.calls == nil || !orders.ValidNo(ev.RefundNo) {
+		return false, "", nil
+	}
+	r, found, err := s.calls.LockAutoRefund(ctx, tx, ev.RefundNo)
+	if err != nil || !found {
+		return false, "", err
+	}
+	if r.Provider != provider || r.OrderNo != o.OrderNo || r.Amount != ev.Amount || r.Currency != ev.Currency {
+		s.log.WarnContext(ctx, "refund event does not match the automatic refund; kept for review", "provider", provider,
+			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo)
+		return true, AmountMismatch, nil
+	}
+	status := settledStatus(ev.Type)
+	if r.Settled != "" {
+		if r.Settled == status && r.SettledTxnID == ev.TxnID {
+			return true, Applied, nil
+		}
+		return true, Ignored, nil
+	}
+	if err := s.calls.SettleAutoRefund(ctx, tx, r.ID, status, ev.TxnID); err != nil {
+		return true, "", err
+	}
+	if status == RefundSucceededStatus && s.outbox != nil {
+		p := FlaggedPayment{Provider: provider, TxnID: r.PaymentTxnID, Amount: r.Amount, Currency: r.Currency,
+			RefundNo: r.RefundNo, RefundStatus: status}
+		if err := s.outbox.PaymentRefunded(ctx, tx, o, p); err != nil {
+			return true, "", err
+		}
+	}
+	return true, Applied, nil
 }
 
 // WithCalls makes s decide provider refunds through c; without it no

@@ -184,8 +184,18 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	if err := setPaymentResult(ctx, tx, provider, ev.TxnID, result); err != nil {
 		return "", err
 	}
+	// With the provider's API the money goes back without a person
+	// (CONTRACT §11.2): decided here, in the transaction that found it.
+	refundNo, err := s.decideAutoRefund(ctx, tx, provider, ev)
+	if err != nil {
+		return "", err
+	}
 	if s.outbox != nil {
-		p := FlaggedPayment{Provider: provider, TxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Result: result}
+		p := FlaggedPayment{Provider: provider, TxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Result: result,
+			RefundNo: refundNo}
+		if refundNo != "" {
+			p.RefundStatus = RefundPending
+		}
 		if err := s.outbox.PaymentFlagged(ctx, tx, o, p); err != nil {
 			return "", err
 		}
@@ -243,6 +253,9 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		return "", err
 	}
 	if paid && payer != provider {
+		if handled, res, err := s.autoRefundSettled(ctx, tx, provider, o, ev); handled || err != nil {
+			return res, err
+		}
 		s.log.WarnContext(ctx, "refund event from a provider that did not take the payment; ignored", "provider", provider,
 			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo, "paid_by", payer)
 		return Ignored, nil
@@ -257,6 +270,9 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		}
 	}
 	if !found {
+		if handled, res, err := s.autoRefundSettled(ctx, tx, provider, o, ev); handled || err != nil {
+			return res, err
+		}
 		return "", fmt.Errorf("refund %s of order %s: %w", validate.Quote(ev.RefundNo), ev.OrderNo, ErrRetryLater)
 	}
 	if r.OrderNo != o.OrderNo || r.Amount != ev.Amount || o.Currency != ev.Currency {

@@ -18,6 +18,7 @@ package providercalls
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,6 +30,12 @@ import (
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
+)
+
+// Call kinds, stored as TINYINT.
+const (
+	KindMerchant = 0
+	KindAuto     = 1
 )
 
 // Call statuses, stored as TINYINT.
@@ -62,16 +69,50 @@ func (s *Store) Calls(provider string) bool {
 // decision of the same key is absorbed by the unique key.
 func (s *Store) DecideRefund(ctx context.Context, tx *gorm.DB, c payments.RefundCall) error {
 	at := s.now().UTC().Truncate(time.Microsecond)
+	kind := KindMerchant
+	if c.Auto {
+		kind = KindAuto
+	}
 	_, err := db.Exec(ctx, tx, `INSERT INTO provider_calls
-		(id, provider, idem_key, refund_no, order_no, payment_txn_id, amount, currency, status, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		"pcl_"+ulid.Make().String(), c.Provider, c.Key, c.RefundNo, c.OrderNo, c.PaymentTxnID, c.Amount, c.Currency,
+		(id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, status, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		"pcl_"+ulid.Make().String(), c.Provider, c.Key, kind, c.RefundNo, c.OrderNo, c.PaymentTxnID, c.Amount, c.Currency,
 		StatusPending, at, at, at)
 	if db.IsDuplicate(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("decide refund %s at %s: %w", c.Key, c.Provider, err)
+	}
+	return nil
+}
+
+// LockAutoRefund implements payments.Calls.
+func (s *Store) LockAutoRefund(ctx context.Context, tx *gorm.DB, refundNo string) (payments.AutoRefund, bool, error) {
+	var (
+		r       payments.AutoRefund
+		settled sql.NullString
+		txn     []byte
+	)
+	err := db.QueryRow(ctx, tx, `SELECT id, provider, refund_no, order_no, payment_txn_id, amount, currency, settled, settled_txn_id
+		FROM provider_calls WHERE refund_no = ? AND kind = ? FOR UPDATE`, refundNo, KindAuto).
+		Scan(&r.ID, &r.Provider, &r.RefundNo, &r.OrderNo, &r.PaymentTxnID, &r.Amount, &r.Currency, &settled, &txn)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.AutoRefund{}, false, nil
+	}
+	if err != nil {
+		return payments.AutoRefund{}, false, fmt.Errorf("read automatic refund %s: %w", refundNo, err)
+	}
+	r.Settled, r.SettledTxnID = settled.String, string(txn)
+	return r, true, nil
+}
+
+// SettleAutoRefund implements payments.Calls.
+func (s *Store) SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, txnID string) error {
+	_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET settled = ?, settled_txn_id = ?, updated_at = ? WHERE id = ?`,
+		status, txnID, s.now().UTC().Truncate(time.Microsecond), id)
+	if err != nil {
+		return fmt.Errorf("settle automatic refund %s: %w", id, err)
 	}
 	return nil
 }
@@ -97,7 +138,7 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		jobs = jobs[:0]
 		rows, err := tx.Statement.ConnPool.QueryContext(ctx,
-			`SELECT id, provider, idem_key, refund_no, order_no, payment_txn_id, amount, currency, retries
+			`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries
 			   FROM provider_calls WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
 			now.UTC(), n)
 		if err != nil {
@@ -108,11 +149,12 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 			var (
 				c       Call
 				retries int
+				kind    int
 			)
-			if err := rows.Scan(&c.ID, &c.Provider, &c.Key, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries); err != nil {
+			if err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries); err != nil {
 				return err
 			}
-			c.RefundCall.Provider = c.Provider
+			c.RefundCall.Provider, c.Auto = c.Provider, kind == KindAuto
 			jobs = append(jobs, outbox.Job{ID: c.ID, Retries: retries, Payload: c})
 		}
 		if err := rows.Err(); err != nil {
@@ -216,11 +258,15 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 	return a
 }
 
-// fail marks the call failed and fails its refund, in one transaction.
+// fail marks the call failed and fails a merchant's refund with it, in
+// one transaction. An automatic refund has no refund row: its failed call
+// is what reconcile reports.
 func (d *Deliverer) fail(ctx context.Context, c Call) error {
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if _, err := d.payments.FailRefund(ctx, tx, c.OrderNo, c.RefundNo); err != nil {
-			return err
+		if !c.Auto {
+			if _, err := d.payments.FailRefund(ctx, tx, c.OrderNo, c.RefundNo); err != nil {
+				return err
+			}
 		}
 		_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET status = ? WHERE id = ?`, StatusFailed, c.ID)
 		return err
