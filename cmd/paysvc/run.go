@@ -28,6 +28,8 @@ Usage:
   paysvc migrate down [N]      revert N migrations (all without N)
   paysvc migrate version       print the schema version
   paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
+  paysvc sweep                 one pass of the order sweep: overdue CREATED orders are recovered
+                               from their provider or closed; prints "closed N, recovered M"
   paysvc demo                  the tour: serve + a simulated provider paying orders, then reconcile
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
   paysvc settle --date YYYY-MM-DD [--merchant ID]
@@ -78,6 +80,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return usageError("purge takes no arguments")
 		}
 		return purgeCmd(ctx, cfg, log, stdout)
+	case "sweep":
+		if len(args) > 1 {
+			return usageError("sweep takes no arguments")
+		}
+		return sweepCmd(ctx, cfg, log, stdout)
 	case "reconcile":
 		if len(args) > 1 {
 			return usageError("reconcile takes no arguments")
@@ -225,5 +232,19 @@ func purgeCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	defer a.Close()
 	n, err := a.Purge(ctx)
 	fmt.Fprintf(stdout, "purged %d\n", n)
+	return err
+}
+
+// sweepCmd runs one pass of the order sweep, as serve does every
+// PAYSVC_SWEEP_INTERVAL.
+func sweepCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
+	cfg.AutoMigrate = false
+	a, err := app.Open(ctx, cfg, log, app.Options{})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	c, err := a.Sweep(ctx)
+	fmt.Fprintf(stdout, "closed %d, recovered %d\n", c.Closed, c.Recovered)
 	return err
 }

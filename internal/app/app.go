@@ -45,6 +45,9 @@ type App struct {
 	timeouts HTTPTimeouts
 	notify   *notifications // events and their relay (outbox.go)
 	calls    *outbox.Relay  // calls to providers (providers.go); nil without PAYSVC_PROVIDER_API
+	// orders and providers serve the order sweep (sweep.go).
+	orders    *orders.Service
+	providers *providers.Registry
 
 	// Callbacks applies provider events; the HTTP route and the NATS
 	// intake both call it.
@@ -157,7 +160,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Callbacks:      cbs,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls}, nil
+		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
+		orders: ordersSvc, providers: registry}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -364,6 +368,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		defer func() { stopPurge(); <-relayDone }()
 		go func() { defer close(relayDone); a.relayLoop(purgeCtx) }()
 	}
+	sweepDone := make(chan struct{})
+	defer func() { stopPurge(); <-sweepDone }()
+	go func() { defer close(sweepDone); a.sweepLoop(purgeCtx) }()
 	if a.calls != nil {
 		callsDone := make(chan struct{})
 		defer func() { stopPurge(); <-callsDone }()

@@ -379,6 +379,7 @@ type cbOrder struct {
 	CreatedAt           string  `json:"created_at"`
 	PaidAt              *string `json:"paid_at"`
 	Version             int64   `json:"version"`
+	ExpiresAt           *string `json:"expires_at"`
 }
 
 // same reports whether o and p are the same order in the same state

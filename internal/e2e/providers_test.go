@@ -24,6 +24,11 @@ type fakeProvider struct {
 	mu     sync.Mutex
 	calls  []fakeCall
 	answer func(key string, n int) int
+	// payments are what GET /v1/payments answers, by order_no;
+	// paymentsDown, when set, is its status instead (a provider that
+	// cannot be asked).
+	payments     map[string][]map[string]any
+	paymentsDown int
 }
 
 type fakeCall struct {
@@ -34,7 +39,7 @@ type fakeCall struct {
 const fakeProviderKey = "sk_fake_provider_key_1"
 
 func newFakeProvider(t testing.TB, answer func(key string, n int) int) *fakeProvider {
-	f := &fakeProvider{answer: answer}
+	f := &fakeProvider{answer: answer, payments: map[string][]map[string]any{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		c := fakeCall{Method: r.Method, Path: r.URL.Path, Key: r.Header.Get("Idempotency-Key"), Auth: r.Header.Get("Authorization")}
@@ -50,7 +55,18 @@ func newFakeProvider(t testing.TB, answer func(key string, n int) int) *fakeProv
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/v1/payments" {
-			_, _ = w.Write([]byte(`{"data":[]}`))
+			f.mu.Lock()
+			down, list := f.paymentsDown, f.payments[r.URL.Query().Get("order_no")]
+			if list == nil {
+				list = []map[string]any{}
+			}
+			b, _ := json.Marshal(map[string]any{"data": list})
+			f.mu.Unlock()
+			if down != 0 {
+				w.WriteHeader(down)
+				return
+			}
+			_, _ = w.Write(b)
 			return
 		}
 		status := http.StatusOK
@@ -79,6 +95,33 @@ func (f *fakeProvider) refundCalls() map[string][]fakeCall {
 		}
 	}
 	return out
+}
+
+// paid records a succeeded payment of o at the provider.
+func (f *fakeProvider) paid(o cbOrder, txn string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.payments[o.OrderNo] = append(f.payments[o.OrderNo], map[string]any{"txn_id": txn, "order_no": o.OrderNo,
+		"status": "succeeded", "amount": o.Amount, "currency": o.Currency})
+}
+
+func (f *fakeProvider) setPaymentsDown(status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paymentsDown = status
+}
+
+// queries counts GET /v1/payments.
+func (f *fakeProvider) queries() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c.Path == "/v1/payments" {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fakeProvider) count() int {

@@ -34,6 +34,9 @@ type Metrics struct {
 	// NATSMessages{result}: messages of the JetStream intake (§15) by what
 	// was done with them: acked, nacked or terminated.
 	NATSMessages *prometheus.CounterVec
+	// SweepOrders{result}: overdue orders the sweep (§12) closed,
+	// recovered from the provider, or deferred.
+	SweepOrders *prometheus.CounterVec
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -86,5 +89,13 @@ func New() *Metrics {
 	// Both results exist from the start, so a rate over them is defined.
 	m.NotifyAttempts.WithLabelValues("delivered")
 	m.NotifyAttempts.WithLabelValues("failed")
+	m.SweepOrders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_sweep_orders_total",
+		Help: "Overdue orders swept, by result (closed, recovered, deferred).",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.SweepOrders)
+	for _, r := range []string{"closed", "recovered", "deferred"} {
+		m.SweepOrders.WithLabelValues(r)
+	}
 	return m
 }
