@@ -53,6 +53,13 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 		return &exitError{code: 2, err: err}
 	}
 	defer stopReceiver()
+	providerAPI, err := startDemoProviderAPI(ctx, &cfg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if providerAPI != nil {
+		defer providerAPI.close()
+	}
 	progress("opening %s (created and migrated if missing)", redactedAddr(cfg))
 	a, err := app.Open(ctx, cfg, log, app.Options{})
 	if err != nil {
@@ -73,6 +80,16 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	sc := mockpay.DefaultScenario()
 	sc.BaseURL, sc.APIKey, sc.Secret, sc.Provider = base, apiKey, sec, demoProvider
 	sc.Logf = progress
+	if providerAPI != nil {
+		if err := providerAPI.connect(base, sec); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		sc.OnEvent = func(ev mockpay.Event) {
+			if api := providerAPI.api.Load(); api != nil {
+				api.RecordEvent(ev)
+			}
+		}
+	}
 	rep, err := mockpay.RunScenario(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("demo scenario: %w", err)
@@ -82,6 +99,14 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	printIdempotencyOutcomes(stdout, a)
 
 	printNotifications(ctx, stdout, a, receiver, progress)
+
+	if providerAPI != nil {
+		pc, err := settleProviderCalls(ctx, a, progress)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		pc.print(stdout)
+	}
 
 	progress("reconciling the books")
 	books, err := reconcile.Run(ctx, a.DB)

@@ -26,7 +26,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	out := stdout.String()
 	for _, want := range []string{"orders created", "duplicate_payment", "late_payment", "409 idempotency_key_in_use",
-		"refunds created / settled", "replay rate", ": clean", "settlement of " + time.Now().UTC().Format("2006-01-02")} {
+		"refunds created / settled", "replay rate", ": clean",
+		"refunds requested", "automatic refunds", "orders expired", "orders recovered", "(0 to refund by hand,", "settlement of " + time.Now().UTC().Format("2006-01-02")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

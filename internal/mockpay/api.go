@@ -23,6 +23,11 @@ import (
 type API struct {
 	apiKey string
 	sender *Sender
+	// Settles, if set, says which refunds (by key) get their callback from
+	// the API; nil: all. The demo's scenario settles the merchants'
+	// refunds itself (it decides which fail), so there only automatic
+	// ones do.
+	Settles func(key string) bool
 	// ctx bounds the refund callbacks sent in the background.
 	ctx context.Context
 
@@ -76,6 +81,19 @@ func (a *API) RecordPayment(orderNo, txnID string, amount int64, currency string
 	}
 	a.byTxn[txnID] = p
 	a.payments[orderNo] = append(a.payments[orderNo], p)
+}
+
+// RecordEvent records the payment of a payment event (for
+// ScenarioConfig.OnEvent); other events are ignored.
+func (a *API) RecordEvent(ev Event) {
+	if ev.Type != TypePaymentSucceeded && ev.Type != TypePaymentFailed {
+		return
+	}
+	orderNo, _ := ev.Data["order_no"].(string)
+	txn, _ := ev.Data["txn_id"].(string)
+	amount, _ := ev.Data["amount"].(int64)
+	currency, _ := ev.Data["currency"].(string)
+	a.RecordPayment(orderNo, txn, amount, currency, ev.Type == TypePaymentSucceeded)
 }
 
 // Refunds counts the refunds accepted (one per key).
@@ -143,6 +161,11 @@ func (a *API) refund(w http.ResponseWriter, r *http.Request) {
 	}
 	rf := apiRefund{req: req, ID: "re_" + randomBase62(idRandomLen), Status: "pending"}
 	a.refunds[key] = rf
+	if a.Settles != nil && !a.Settles(key) {
+		a.mu.Unlock()
+		apiJSON(w, http.StatusOK, rf)
+		return
+	}
 	a.sent.Add(1)
 	a.mu.Unlock()
 	go func() {

@@ -77,6 +77,9 @@ type ScenarioConfig struct {
 	// goes to paysvc's JetStream intake first.
 	Publish       func(ctx context.Context, header http.Header, body []byte) error
 	PublishSettle time.Duration
+	// OnEvent, if set, is told every event before it is first sent: the
+	// provider's own records (API.RecordPayment) come before any callback.
+	OnEvent func(Event)
 }
 
 // DefaultScenario is the demo's mix of cases.
@@ -703,6 +706,9 @@ func (r *scenarioRun) concurrentDuplicates(ds []Delivery) []Delivery {
 // track registers a new event of o, so that onResult can file its answer.
 func (r *scenarioRun) track(o *scenarioOrder, ev Event, mismatched bool) *plannedEvent {
 	p := &plannedEvent{d: r.sender.NewDelivery(ev), order: o, mismatch: mismatched}
+	if r.cfg.OnEvent != nil {
+		r.cfg.OnEvent(ev)
+	}
 	r.mu.Lock()
 	r.events[p.d.EventID] = p
 	r.mu.Unlock()
