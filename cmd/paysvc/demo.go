@@ -35,7 +35,7 @@ const (
 // concurrent, reordered and late webhooks and a cancel race, then prints
 // what happened and the reconcile result. Exit 1 if reconcile finds
 // anything or the scenario saw a contract violation.
-func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
+func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) (retErr error) {
 	start := time.Now()
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -101,11 +101,21 @@ func demoCmd(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) e
 	printNotifications(ctx, stdout, a, receiver, progress)
 
 	if providerAPI != nil {
+		lost, err := providerAPI.runLost(ctx, a, base, apiKey, progress)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("lost callbacks: %w", err)}
+		}
 		pc, err := settleProviderCalls(ctx, a, progress)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		pc.lost = lost
 		pc.print(stdout)
+		if len(lost.Anomalies) > 0 {
+			defer func() {
+				retErr = errors.Join(retErr, &exitError{code: 1, err: errors.New("demo: the lost-callbacks phase saw anomalies")})
+			}()
+		}
 	}
 
 	progress("reconciling the books")

@@ -16,6 +16,9 @@ import (
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
+// demoOrderTTL is PAYSVC_ORDER_TTL during the tour.
+const demoOrderTTL = 2 * time.Second
+
 // demoProviderKey is the demo's key for mockpay's provider API on loopback.
 const demoProviderKey = "demo-provider-api-key-0123"
 
@@ -26,10 +29,11 @@ const demoProviderKey = "demo-provider-api-key-0123"
 // settles the merchants' refunds itself, so the API sends the callbacks
 // of the automatic refunds only.
 type demoProviderAPI struct {
-	api  atomic.Pointer[mockpay.API]
-	srv  *http.Server
-	stop context.CancelFunc
-	ctx  context.Context
+	api    atomic.Pointer[mockpay.API]
+	srv    *http.Server
+	stop   context.CancelFunc
+	ctx    context.Context
+	sender *mockpay.Sender
 }
 
 func startDemoProviderAPI(ctx context.Context, cfg *config.Config) (*demoProviderAPI, error) {
@@ -54,6 +58,10 @@ func startDemoProviderAPI(ctx context.Context, cfg *config.Config) (*demoProvide
 		cfg.Providers.APIs = map[string]config.ProviderAPI{}
 	}
 	cfg.Providers.APIs[demoProvider] = config.ProviderAPI{URL: "http://" + ln.Addr().String(), APIKey: demoProviderKey}
+	// The tour's orders expire within seconds, and it sweeps by itself
+	// (the lost-callbacks phase) rather than on a timer, so that no sweep
+	// races the scenario's payments.
+	cfg.Providers.OrderTTL, cfg.Providers.SweepInterval = demoOrderTTL, 0
 	return d, nil
 }
 
@@ -63,6 +71,7 @@ func (d *demoProviderAPI) connect(base string, secret webhooks.Secret) error {
 	if err != nil {
 		return err
 	}
+	d.sender = sender
 	api := mockpay.NewAPI(d.ctx, demoProviderKey, sender)
 	api.Settles = func(key string) bool { return strings.HasPrefix(key, "auto:") }
 	d.api.Store(api)
@@ -76,7 +85,8 @@ func (d *demoProviderAPI) close() {
 
 // demoProviderCounts are the rows the provider API adds to the tour.
 type demoProviderCounts struct {
-	refunds, auto, autoReturned, expired, recovered int64
+	refunds, auto, autoReturned int64
+	lost                        mockpay.LostReport
 }
 
 // settleProviderCalls waits (up to a minute) until every provider call is
@@ -96,13 +106,7 @@ func settleProviderCalls(ctx context.Context, a *app.App, progress func(string, 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	progress("sweeping overdue orders (paysvc sweep)")
-	sw, err := a.Sweep(ctx)
-	if err != nil {
-		return c, err
-	}
-	c.expired, c.recovered = int64(sw.Closed), int64(sw.Recovered)
-	err = a.DB.WithContext(ctx).Raw(`SELECT
+	err := a.DB.WithContext(ctx).Raw(`SELECT
 		COALESCE(SUM(kind = 0), 0), COALESCE(SUM(kind = 1), 0), COALESCE(SUM(kind = 1 AND settled = 'SUCCEEDED'), 0)
 		FROM provider_calls`).Row().Scan(&c.refunds, &c.auto, &c.autoReturned)
 	return c, err
@@ -112,6 +116,25 @@ func (c demoProviderCounts) print(w io.Writer) {
 	fmt.Fprintf(w, "\ncalls to mockpay's provider API (PAYSVC_PROVIDER_API):\n")
 	fmt.Fprintf(w, "  refunds requested   %d (key = refund_no)\n", c.refunds)
 	fmt.Fprintf(w, "  automatic refunds   %d (key auto:mockpay:{txn_id}), %d returned\n", c.auto, c.autoReturned)
-	fmt.Fprintf(w, "  orders expired      %d\n", c.expired)
-	fmt.Fprintf(w, "  orders recovered    %d (payments found by the status query)\n", c.recovered)
+	l := c.lost
+	fmt.Fprintf(w, "lost callbacks (%d orders, %d paid at mockpay, %d of those callbacks dropped; paysvc sweep after PAYSVC_ORDER_TTL=%v):\n",
+		l.Orders, l.Paid, l.Dropped, demoOrderTTL)
+	fmt.Fprintf(w, "  orders expired      %d\n", l.Closed)
+	fmt.Fprintf(w, "  orders recovered    %d (payments found by the status query; %d late callbacks replayed)\n", l.Recovered, l.LateReplayed)
+	for _, a := range l.Anomalies {
+		fmt.Fprintf(w, "  ! %s\n", a)
+	}
+}
+
+// runLost runs mockpay's lost-callbacks phase against the tour's service.
+func (d *demoProviderAPI) runLost(ctx context.Context, a *app.App, base, apiKey string, progress func(string, ...any)) (mockpay.LostReport, error) {
+	progress("mockpay drops some payment callbacks; paysvc sweep recovers them after %v", demoOrderTTL)
+	return mockpay.RunLost(ctx, mockpay.LostConfig{
+		BaseURL: base, APIKey: apiKey, API: d.api.Load(), Sender: d.sender,
+		Orders: 8, DropRate: 0.5, Wait: demoOrderTTL + 500*time.Millisecond,
+		Sweep: func(ctx context.Context) (int, int, error) {
+			c, err := a.Sweep(ctx)
+			return c.Closed, c.Recovered, err
+		},
+	})
 }

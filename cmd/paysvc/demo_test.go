@@ -27,7 +27,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{"orders created", "duplicate_payment", "late_payment", "409 idempotency_key_in_use",
 		"refunds created / settled", "replay rate", ": clean",
-		"refunds requested", "automatic refunds", "orders expired", "orders recovered", "(0 to refund by hand,", "settlement of " + time.Now().UTC().Format("2006-01-02")} {
+		"refunds requested", "automatic refunds", "orders expired      4", "orders recovered    2", "2 late callbacks replayed", "(0 to refund by hand,", "settlement of " + time.Now().UTC().Format("2006-01-02")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
@@ -35,8 +35,9 @@ func TestDemoEndToEnd(t *testing.T) {
 	if !regexp.MustCompile(`anomalies\s+none`).MatchString(out) {
 		t.Errorf("demo reports anomalies:\n%s", out)
 	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM orders`); n != 50 {
-		t.Errorf("demo left %d orders, want 50", n)
+	// 50 of the scenario, 8 of the lost-callbacks phase.
+	if n := d.Count(t, `SELECT COUNT(*) FROM orders`); n != 58 {
+		t.Errorf("demo left %d orders, want 58", n)
 	}
 	if !strings.Contains(stderr.String(), "reconciling the books") {
 		t.Errorf("no progress on stderr:\n%s", stderr.String())
