@@ -136,7 +136,8 @@ func withProviderAPI(f *fakeProvider) func(*config.Config) {
 		c.Providers.APIs = map[string]config.ProviderAPI{cbProvider: {URL: f.srv.URL, APIKey: fakeProviderKey}}
 		c.Notify.Schedule = []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond,
 			20 * time.Millisecond, 20 * time.Millisecond}
-		c.Notify.Timeout = 5 * time.Second
+		// An attempt with no answer within it is a timeout, retried.
+		c.Notify.Timeout = 2 * time.Second
 	}
 }
 
@@ -177,6 +178,12 @@ func TestProviderRefunds(t *testing.T) {
 		{"accepted", nil, 1, false},
 		{"5xx twice", func(_ string, n int) int { return map[bool]int{true: 503, false: 200}[n <= 2] }, 3, false},
 		{"409 then 429", func(_ string, n int) int { return []int{409, 429, 200}[min(n, 3)-1] }, 3, false},
+		{"no answer within the timeout, then accepted", func(_ string, n int) int {
+			if n == 1 {
+				time.Sleep(3 * time.Second) // past the attempt's timeout
+			}
+			return 200
+		}, 2, false},
 		{"refused 400", func(string, int) int { return 400 }, 1, true},
 		{"refused 422 after a 500", func(_ string, n int) int { return []int{500, 422}[min(n, 2)-1] }, 2, true},
 	} {
