@@ -17,12 +17,15 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -73,8 +76,25 @@ type Parsed struct {
 	Event payments.Event
 	// Data is the canonical JSON of the event's business data: the
 	// fingerprint of the callback is taken over it. Equal events must give
-	// equal bytes (use canonjson).
+	// equal bytes. An adapter that maps a provider's own format should use
+	// EventData(Event): the order sweep applies a payment it finds through
+	// PaymentsByOrder with EventData's bytes, and the real callback, when
+	// it comes, must replay that (same key, same fingerprint), not be
+	// refused as a reused key.
 	Data []byte
+}
+
+// EventData is the canonical JSON of an event's data as CONTRACT §5 lists
+// it: {order_no, txn_id, amount, currency}, plus refund_no for refund
+// events. For a Standard Webhooks body that carries exactly these fields
+// it equals the canonical form of the body's data.
+func EventData(ev payments.Event) []byte {
+	m := map[string]any{"order_no": ev.OrderNo, "txn_id": ev.TxnID,
+		"amount": json.Number(strconv.FormatInt(ev.Amount, 10)), "currency": ev.Currency}
+	if ev.Type.IsRefund() {
+		m["refund_no"] = ev.RefundNo
+	}
+	return canonjson.Append(nil, m)
 }
 
 // Inbound verifies and maps a provider's webhooks.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
 )
 
@@ -42,5 +43,28 @@ func TestRegistry(t *testing.T) {
 	}
 	if _, ok := r.Inbound("a"); ok {
 		t.Error("inbound adapter out of nowhere")
+	}
+}
+
+// TestEventData: the bytes equal the canonical data of the Standard
+// Webhooks body that carries the same event, so the sweep's application
+// and the late callback share a fingerprint.
+func TestEventData(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"type":"payment.succeeded","data":{"txn_id":"t1","currency":"EUR","order_no":"ord_1","amount":1999}}`)
+	ev, data, err := payments.DecodeEvent(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := providers.EventData(ev); string(got) != string(data) {
+		t.Errorf("EventData %s, webhook data %s", got, data)
+	}
+	rbody := []byte(`{"type":"refund.failed","data":{"txn_id":"r1","currency":"EUR","order_no":"ord_1","amount":5,"refund_no":"rfd_1"}}`)
+	ev, data, err = payments.DecodeEvent(rbody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := providers.EventData(ev); string(got) != string(data) {
+		t.Errorf("EventData %s, webhook data %s", got, data)
 	}
 }

@@ -19,15 +19,12 @@ package sweep
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -153,7 +150,7 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 				continue
 			}
 			ev := payments.Event{Type: payments.PaymentSucceeded, OrderNo: p.OrderNo, TxnID: p.TxnID, Amount: p.Amount, Currency: p.Currency}
-			res, err := s.Apply(ctx, name, providers.Parsed{Event: ev, Data: EventData(ev)})
+			res, err := s.Apply(ctx, name, providers.Parsed{Event: ev, Data: providers.EventData(ev)})
 			if err != nil {
 				// Refused (an invalid txn id) or a fault: the order stays
 				// for the next sweep, like an unreachable provider.
@@ -187,14 +184,4 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 		return "", nil
 	}
 	return Closed, nil
-}
-
-// EventData is the canonical data of a payment event as the generic
-// webhook carries it ({order_no, txn_id, amount, currency}): the bytes the
-// callback fingerprints, so that the callback replays what the sweep
-// stored. An adapter whose webhooks map to other data must fingerprint
-// these same bytes for the events it maps.
-func EventData(ev payments.Event) []byte {
-	return canonjson.Append(nil, map[string]any{"order_no": ev.OrderNo, "txn_id": ev.TxnID,
-		"amount": json.Number(strconv.FormatInt(ev.Amount, 10)), "currency": ev.Currency})
 }
