@@ -21,6 +21,7 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -104,6 +105,7 @@ func New(d Deps) *gin.Engine {
 	merchant.GET("/orders/:order_no", s.getOrder)
 	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)
 	merchant.POST("/orders/:order_no/refunds", s.createRefund)
+	merchant.POST("/idempotency-tokens", s.issueToken)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }
@@ -143,6 +145,7 @@ func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.
 		Key:         key,
 		Fingerprint: idempotency.RequestFingerprint(c.Request.Method, c.Request.URL.Path, canonical),
 		TTL:         s.ttl,
+		Token:       idempotency.IsToken(key),
 	}, obj, true
 }
 
@@ -161,6 +164,8 @@ func RespondIdempotent(c *gin.Context, m *metrics.Metrics, log *slog.Logger, end
 		case errors.As(err, &inFlight):
 			m.IdempotencyRequests.WithLabelValues(endpoint, "in_flight").Inc()
 			c.Header("Retry-After", strconv.Itoa(inFlight.RetryAfterSeconds()))
+		case errors.Is(err, idempotency.ErrTokenInvalid):
+			m.IdempotencyRequests.WithLabelValues(endpoint, "invalid_key").Inc()
 		case errors.Is(err, idempotency.ErrKeyReused):
 			m.IdempotencyRequests.WithLabelValues(endpoint, "conflict").Inc()
 			log.WarnContext(c.Request.Context(), "idempotency key reused with a different request",
@@ -186,7 +191,14 @@ func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
 	c.Data(r.Status, r.ContentType, r.Body)
 }
 
-func (s *server) fail(c *gin.Context, err error) { Fail(c, s.log, err) }
+func (s *server) fail(c *gin.Context, err error) {
+	if errors.Is(err, validate.ErrInvalid) {
+		// The key is checked before the body (CONTRACT §3): a token's
+		// validity is settled before the body's refusal is answered.
+		err = s.tokenBeforeBody(c, err)
+	}
+	Fail(c, s.log, err)
+}
 
 // unavailableRetryAfter is the Retry-After of a 503 that carries none of
 // its own: a database fault usually clears within seconds, and a client that
