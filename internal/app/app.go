@@ -23,6 +23,7 @@ import (
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -39,6 +40,7 @@ type App struct {
 	Handler  http.Handler
 	now      func() time.Time
 	timeouts HTTPTimeouts
+	precheck *precheck.Checker // nil without PAYSVC_REDIS_URL
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -101,6 +103,12 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	m := metrics.New()
+	pre, err := newPrecheck(cfg, mode, m, log, now)
+	if err != nil {
+		_ = db.Close(gdb)
+		_ = db.Close(reserve)
+		return nil, err
+	}
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -114,8 +122,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		CallbackTTL:    cfg.CallbackTTL,
 		RequestTimeout: cfg.RequestTimeout,
 		Reserve:        reserve,
+		Precheck:       pre,
 	})
-	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
+	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now, precheck: pre,
 		timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout)}, nil
 }
 
@@ -197,7 +206,13 @@ func (a *App) purgeLoop(ctx context.Context) {
 }
 
 // Close releases the database pools.
-func (a *App) Close() error { return errors.Join(db.Close(a.DB), db.Close(a.Reserve)) }
+func (a *App) Close() error {
+	var perr error
+	if a.precheck != nil {
+		perr = a.precheck.Close()
+	}
+	return errors.Join(db.Close(a.DB), db.Close(a.Reserve), perr)
+}
 
 // HTTP server timeouts (README.md, "Configuration"). A client gets
 // ReadHeaderTimeout to send its headers and ReadTimeout for the whole

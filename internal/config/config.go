@@ -51,6 +51,7 @@ type Config struct {
 	LogLevel         slog.Level          // PAYSVC_LOG_LEVEL
 	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
 	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
+	RedisURL         string              // PAYSVC_REDIS_URL; "" disables the Redis pre-check (redis.go)
 }
 
 const (
@@ -134,6 +135,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.logLevel(&c.LogLevel)
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
+	l.redisURL(&c.RedisURL)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -524,6 +526,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Int("db_max_conns", c.DBMaxConns),
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
+		slog.String("redis_url", maskRedisURL(c.RedisURL)),
 	)
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -46,6 +47,9 @@ type Deps struct {
 	// Reserve is the small pool kept apart from DB; readiness pings it, so
 	// that a saturated request pool does not read as a lost database.
 	Reserve *gorm.DB
+	// Precheck, if set, is the Redis pre-check in front of the engine
+	// (CONTRACT §14); readiness never looks at it.
+	Precheck *precheck.Checker
 }
 
 type server struct {
@@ -57,6 +61,8 @@ type server struct {
 	auth    *authenticator
 	ttl     time.Duration
 	reserve *gorm.DB
+
+	precheck *precheck.Checker
 
 	payments    *payments.Service
 	verifiers   map[string]*webhooks.Verifier
@@ -74,6 +80,8 @@ func New(d Deps) *gin.Engine {
 		auth:    newAuthenticator(d.APIKeys),
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
+
+		precheck: d.Precheck,
 
 		payments:    d.Payments,
 		verifiers:   d.Verifiers,
@@ -149,9 +157,29 @@ func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.
 	}, obj, true
 }
 
-// idempotent runs fn through the engine and writes the answer.
+// idempotent runs fn through the engine and writes the answer. With the
+// Redis pre-check, a duplicate may be answered before the engine: its
+// stored response, written exactly as the engine's replay, or 409 in
+// flight; everything else goes to the engine, and what it answers is
+// cached for the next duplicate (package precheck).
 func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
-	res, err := s.engine.Do(c.Request.Context(), req, fn)
+	ctx := c.Request.Context()
+	if s.precheck == nil {
+		res, err := s.engine.Do(ctx, req, fn)
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
+		return
+	}
+	a := s.precheck.Check(ctx, req)
+	switch {
+	case a.Response.Status != 0:
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{Response: a.Response, Outcome: idempotency.OutcomeReplayed}, nil)
+		return
+	case a.InFlight:
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{}, &idempotency.InFlightError{RetryAfter: time.Second})
+		return
+	}
+	res, err := s.engine.Do(ctx, req, fn)
+	s.precheck.After(ctx, a, req, res, err)
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
 }
 

@@ -22,6 +22,9 @@ type Metrics struct {
 	Purged prometheus.Counter
 	// HTTPDuration{method,route,code}; route is the template.
 	HTTPDuration *prometheus.HistogramVec
+	// RedisPrecheck{result}: replayed, in_flight, miss or error
+	// (CONTRACT §14); zero unless PAYSVC_REDIS_URL is set.
+	RedisPrecheck *prometheus.CounterVec
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -47,6 +50,11 @@ func New() *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "code"}),
 	}
+	m.RedisPrecheck = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_redis_precheck_total",
+		Help: "Redis pre-checks of merchant requests by result: replayed, in_flight, miss, error.",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.RedisPrecheck)
 	m.Registry.MustRegister(m.IdempotencyRequests, m.Callbacks, m.Purged, m.HTTPDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
