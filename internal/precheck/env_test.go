@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/app"
@@ -64,12 +64,18 @@ func (r *redisServer) start() {
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
-	c := r.client()
-	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
+	for {
+		c, err := r.client()
+		if err == nil {
+			err = c.Do(context.Background(), c.B().Ping().Build()).Error()
+			c.Close()
+		}
+		if err == nil {
+			return
+		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("redis-server on port %d does not answer", r.port)
+			r.t.Fatalf("redis-server on port %d does not answer: %v", r.port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -87,16 +93,21 @@ func (r *redisServer) kill() {
 
 func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
 
-func (r *redisServer) client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port), MaxRetries: -1})
+func (r *redisServer) client() (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{fmt.Sprintf("127.0.0.1:%d", r.port)},
+		DisableCache: true, DisableRetry: true, ForceSingleClient: true})
 }
 
 // do runs one Redis command from the test's side (FLUSHALL, CLIENT PAUSE).
-func (r *redisServer) do(args ...any) {
+func (r *redisServer) do(args ...string) {
 	r.t.Helper()
-	c := r.client()
+	c, err := r.client()
+	if err != nil {
+		r.t.Errorf("redis %v: %v", args, err)
+		return
+	}
 	defer c.Close()
-	if err := c.Do(context.Background(), args...).Err(); err != nil {
+	if err := c.Do(context.Background(), c.B().Arbitrary(args...).Build()).Error(); err != nil {
 		r.t.Errorf("redis %v: %v", args, err)
 	}
 }

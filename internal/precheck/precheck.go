@@ -31,30 +31,33 @@
 //
 // Lost entries (flush, restart, failover, eviction) are misses: the
 // request goes to MySQL. A stale entry is one of the above, each harmless
-// by construction. Redis errors and time-outs are misses too, counted as
-// "error"; after restAfter in a row, Redis is left alone for Backoff so that a Redis that
-// hangs costs a few time-outs per Backoff, not one per request.
+// by construction. Redis errors and time-outs send the request to MySQL
+// too, counted as "error"; after restAfter failures in a row, Redis is
+// left alone for Backoff (those requests count as "error" as well), so
+// that a Redis that hangs costs a few time-outs per Backoff, not one per
+// request.
 //
 // # Bounded time
 //
 // Every command runs under OpTimeout (tens of milliseconds), with no
-// retries and one dial attempt: a slow or dead Redis adds at most that to
-// a request. Readiness never looks at Redis (CONTRACT §9).
+// retries: a slow or dead Redis adds at most that to a request, twice for
+// a first execution (the check, then the store). Readiness never looks at
+// Redis (CONTRACT §9). The client is rueidis: it pipelines the commands of
+// concurrent requests over a couple of connections, where a pooled client
+// makes a storm queue for connections and dial new ones.
 package precheck
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/rueidis"
 
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -72,7 +75,7 @@ type Options struct {
 	OpTimeout   time.Duration // one Redis command, dial included (50ms)
 	InFlightTTL time.Duration // life of an in-flight marker (2s)
 	MaxCacheTTL time.Duration // longest a done entry lives (10m)
-	Backoff     time.Duration // Redis left alone after an error (1s)
+	Backoff     time.Duration // Redis left alone after restAfter failures in a row (250ms)
 	// RejectInFlight: answer 409 on a marker (PAYSVC_IN_FLIGHT=reject). In
 	// wait mode a marked duplicate goes to the engine, which waits.
 	RejectInFlight bool
@@ -84,16 +87,17 @@ type Options struct {
 
 // Checker is the pre-check over one Redis.
 type Checker struct {
-	rdb       *redis.Client
+	rdb       rueidis.Client
 	opts      Options
 	skipUntil atomic.Int64 // unix nanoseconds
 	failures  atomic.Int32 // consecutive failed commands
 }
 
-// New connects lazily to the Redis at url (redis://, rediss:// or
-// unix://): an unreachable Redis is not an error here, only misses later.
+// New connects to the Redis at url (redis://, rediss:// or unix://). An
+// unreachable Redis is not an error here, only misses later: the client
+// dials again on use.
 func New(url string, opts Options) (*Checker, error) {
-	ro, err := redis.ParseURL(url)
+	ro, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +111,7 @@ func New(url string, opts Options) (*Checker, error) {
 		opts.MaxCacheTTL = 10 * time.Minute
 	}
 	if opts.Backoff <= 0 {
-		opts.Backoff = time.Second
+		opts.Backoff = 250 * time.Millisecond
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -115,28 +119,33 @@ func New(url string, opts Options) (*Checker, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	// No retries anywhere: a command that fails is a miss, and the request
-	// goes on to MySQL at once.
-	ro.MaxRetries = -1
-	ro.DialerRetries = 1
-	ro.DialTimeout = opts.OpTimeout
-	ro.ReadTimeout = opts.OpTimeout
-	ro.WriteTimeout = opts.OpTimeout
-	ro.PoolTimeout = opts.OpTimeout
-	// A storm is hundreds of requests at once; a command holds its
-	// connection for well under a millisecond, but one that waits for a
-	// free connection (or a dial) past OpTimeout is a miss. Connections
-	// to Redis are cheap; kept idle, a storm does not begin with dials.
-	ro.PoolSize = 128
-	ro.MinIdleConns = 8
-	ro.ContextTimeoutEnabled = true
-	ro.DisableIdentity = true // no CLIENT SETINFO round trips on connect
-	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &Checker{rdb: redis.NewClient(ro), opts: opts}, nil
+	// No retries: a command that fails is a miss, and the request goes on
+	// to MySQL at once. rueidis pipelines the commands of all requests
+	// over a couple of connections, so a storm of hundreds of requests
+	// does not queue for a pool or open connections (go-redis did both:
+	// most of a storm's checks then missed their time-out).
+	ro.DisableRetry = true
+	ro.DisableCache = true      // no client-side caching: entries change under us
+	ro.ForceSingleClient = true // one Redis (no cluster probe); also: a failed first dial is not fatal
+	ro.Dialer.Timeout = opts.OpTimeout
+	// A connection that cannot write, or whose PING goes unanswered, this
+	// long is closed and redialled (CLIENT PAUSE, a half-dead server).
+	ro.ConnWriteTimeout = 10 * opts.OpTimeout
+	client, err := rueidis.NewClient(ro)
+	if client == nil {
+		return nil, err
+	}
+	if err != nil {
+		opts.Logger.Warn("redis pre-check: redis not reachable at start; requests go to MySQL alone until it is", "err", err.Error())
+	}
+	return &Checker{rdb: client, opts: opts}, nil
 }
 
 // Close closes the connections.
-func (c *Checker) Close() error { return c.rdb.Close() }
+func (c *Checker) Close() error {
+	c.rdb.Close()
+	return nil
+}
 
 // Answer is what the pre-check says about a request.
 type Answer struct {
@@ -161,9 +170,11 @@ func (c *Checker) Check(ctx context.Context, req idempotency.Request) Answer {
 	marker := encodeInFlight(req.Fingerprint)
 	ctx, cancel := context.WithTimeout(ctx, c.opts.OpTimeout)
 	defer cancel()
-	old, err := c.rdb.SetArgs(ctx, a.key, marker, redis.SetArgs{Mode: "NX", Get: true, TTL: c.opts.InFlightTTL}).Bytes()
+	cmd := c.rdb.B().Set().Key(a.key).Value(rueidis.BinaryString(marker)).Nx().Get().
+		PxMilliseconds(c.opts.InFlightTTL.Milliseconds()).Build()
+	old, err := c.rdb.Do(ctx, cmd).AsBytes()
 	switch {
-	case errors.Is(err, redis.Nil):
+	case rueidis.IsRedisNil(err):
 		a.marker = marker // nothing was there; our marker is
 		c.failures.Store(0)
 		c.count(ResultMiss)
@@ -202,8 +213,10 @@ func (c *Checker) After(ctx context.Context, a Answer, req idempotency.Request, 
 	defer cancel()
 	if err == nil && res.Response.Status != 0 && !res.ExpiresAt.IsZero() {
 		ttl := min(res.ExpiresAt.Sub(c.opts.Now()), c.opts.MaxCacheTTL)
-		if ttl >= time.Millisecond {
-			if err := c.rdb.Set(ctx, a.key, encodeDone(req.Fingerprint, res.Response), ttl).Err(); err != nil {
+		if ttl >= 2*time.Millisecond {
+			cmd := c.rdb.B().Set().Key(a.key).Value(rueidis.BinaryString(encodeDone(req.Fingerprint, res.Response))).
+				PxMilliseconds(ttl.Milliseconds()).Build()
+			if err := c.rdb.Do(ctx, cmd).Error(); err != nil {
 				c.failed(ctx, "store", err)
 			}
 			return
@@ -212,14 +225,14 @@ func (c *Checker) After(ctx context.Context, a Answer, req idempotency.Request, 
 	if a.marker == nil {
 		return
 	}
-	if err := deleteIfEqual.Run(ctx, c.rdb, []string{a.key}, a.marker).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := deleteIfEqual.Exec(ctx, c.rdb, []string{a.key}, []string{string(a.marker)}).Error(); err != nil && !rueidis.IsRedisNil(err) {
 		c.failed(ctx, "forget", err)
 	}
 }
 
 // deleteIfEqual removes a marker only if it is still ours: another
 // request's marker, or a done entry written since, stays.
-var deleteIfEqual = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+var deleteIfEqual = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
 // resting and failed use the real clock: Options.Now is the service's
 // clock for windows, which tests may freeze.
@@ -235,8 +248,7 @@ const restAfter = 8
 
 func (c *Checker) failed(ctx context.Context, op string, err error) {
 	c.count(ResultError)
-	if errors.Is(err, redis.ErrPoolTimeout) || c.failures.Add(1) < restAfter {
-		// A pool time-out is this instance's saturation, not Redis's.
+	if c.failures.Add(1) < restAfter {
 		return
 	}
 	c.failures.Store(0)
@@ -267,5 +279,6 @@ func newNonce() [8]byte {
 
 // String describes the checker for logs, without credentials.
 func (c *Checker) String() string {
-	return fmt.Sprintf("redis pre-check at %s (op timeout %v)", c.rdb.Options().Addr, c.opts.OpTimeout)
+	return fmt.Sprintf("redis pre-check (op timeout %v, in-flight markers %v, cache at most %v)",
+		c.opts.OpTimeout, c.opts.InFlightTTL, c.opts.MaxCacheTTL)
 }

@@ -145,7 +145,7 @@ func TestRedisFaultsMidStorm(t *testing.T) {
 		fault func()
 	}{
 		{"FLUSHALL", func() { r.do("FLUSHALL") }},
-		{"CLIENT PAUSE", func() { r.do("CLIENT", "PAUSE", 400, "ALL") }},
+		{"CLIENT PAUSE", func() { r.do("CLIENT", "PAUSE", "400", "ALL") }},
 		{"SIGKILL", r.kill},
 	}
 	for i, f := range faults {
