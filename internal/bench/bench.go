@@ -39,6 +39,9 @@ const (
 	// SectionRoundTrips lists the statements the server receives per
 	// request, through a recording proxy (a few requests, no timing).
 	SectionRoundTrips = "roundtrips"
+	// SectionDupStorm is the duplicate storm with and without the Redis
+	// pre-check (dupstorm.go).
+	SectionDupStorm = "dupstorm"
 )
 
 var sectionAliases = map[string]string{
@@ -47,6 +50,7 @@ var sectionAliases = map[string]string{
 	"d": SectionStorage, SectionStorage: SectionStorage,
 	"e": SectionPurge, SectionPurge: SectionPurge,
 	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
+	"f": SectionDupStorm, SectionDupStorm: SectionDupStorm,
 }
 
 // Options are the command's flags.
@@ -75,7 +79,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), dupstorm (f)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -128,7 +132,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, dupstorm)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -164,6 +168,7 @@ type Report struct {
 	Orders     []Comparison
 	Storage    []Storage
 	Purge      *Purge
+	DupStorm   []DupStorm
 }
 
 type bench struct {
@@ -226,6 +231,19 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		}
 		rep.Purge = &p
 		printPurge(stdout, p)
+	}
+	if !opts.Skip[SectionDupStorm] {
+		redisURL := getenv("PAYSVC_BENCH_REDIS_URL")
+		if redisURL == "" {
+			redisURL = "redis://127.0.0.1:6379/0"
+		}
+		fmt.Fprintf(stdout, "\n== (f) duplicate storm: POST /v1/orders, each key sent dup times in a row by %d workers, MySQL alone vs the Redis pre-check at %s ==\n",
+			slices.Max(opts.Ns), redisURL)
+		ds, err := b.dupStorm(ctx, sc, redisURL)
+		rep.DupStorm = ds
+		if err != nil {
+			return rep, fmt.Errorf("dupstorm: %w", err)
+		}
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	b.summary(rep)

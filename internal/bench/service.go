@@ -34,7 +34,7 @@ type service struct {
 // level to nowhere. Everything the service runs — the pool's goroutines,
 // the server and its connections — inherits the profiler label side=server,
 // so a CPU profile tells it apart from the benchmark's clients.
-func startService(ctx context.Context, dsn string, maxWorkers int) (*service, error) {
+func startService(ctx context.Context, dsn string, maxWorkers int, mutate ...func(*config.Config)) (*service, error) {
 	key := make([]byte, 32)
 	_, _ = crand.Read(key)
 	secretText := "whsec_" + base64.StdEncoding.EncodeToString(key)
@@ -47,6 +47,9 @@ func startService(ctx context.Context, dsn string, maxWorkers int) (*service, er
 	cfg.APIKeys = map[string]string{apiKey: merchantID}
 	cfg.WebhookSecrets = map[string][]string{provider: {secretText}}
 	cfg.LogLevel = slog.LevelError
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
