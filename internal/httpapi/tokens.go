@@ -46,7 +46,7 @@ func (s *server) issueToken(c *gin.Context) {
 // leaves the token's check to the engine's claim, at no extra cost.
 func (s *server) tokenBeforeBody(c *gin.Context, bodyErr error) error {
 	key, err := idempotency.KeyFromHeader(c.Request.Header.Values(idempotency.KeyHeader))
-	if err != nil || !idempotency.IsToken(key) || merchantOf(c) == "" || c.FullPath() == TokenRoute {
+	if err != nil || !idempotency.IsToken(key) || c.Request.Method != http.MethodPost || merchantOf(c) == "" || c.FullPath() == TokenRoute {
 		return bodyErr
 	}
 	ok, err := s.engine.TokenValid(c.Request.Context(), idempotency.MerchantScope(merchantOf(c)), key)
