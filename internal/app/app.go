@@ -103,7 +103,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	m := metrics.New()
-	pre, err := newPrecheck(cfg, mode, m, log, now)
+	// The pre-check's entries belong to this database: a service over
+	// another one that shares the Redis must never replay them.
+	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, mode, m, log, now)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)

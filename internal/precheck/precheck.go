@@ -29,6 +29,10 @@
 //     where MySQL alone would have replayed or run it, which the contract
 //     allows, and it retries.
 //
+// Entries are namespaced by the database (address and name): services
+// over different databases may share a Redis without ever answering with
+// each other's responses.
+//
 // Lost entries (flush, restart, failover, eviction) are misses: the
 // request goes to MySQL. A stale entry is one of the above, each harmless
 // by construction. Redis errors and time-outs send the request to MySQL
@@ -76,6 +80,11 @@ type Options struct {
 	InFlightTTL time.Duration // life of an in-flight marker (2s)
 	MaxCacheTTL time.Duration // longest a done entry lives (10m)
 	Backoff     time.Duration // Redis left alone after restAfter failures in a row (250ms)
+	// Namespace separates the entries of services over different
+	// databases that share one Redis (staging and production, parallel
+	// test databases): without it, one's cached answer would replay in
+	// the other. The service uses the database's address and name.
+	Namespace string
 	// RejectInFlight: answer 409 on a marker (PAYSVC_IN_FLIGHT=reject). In
 	// wait mode a marked duplicate goes to the engine, which waits.
 	RejectInFlight bool
@@ -162,7 +171,7 @@ type Answer struct {
 // Check reads req's entry and, if there is none, marks req in flight: one
 // SET NX GET.
 func (c *Checker) Check(ctx context.Context, req idempotency.Request) Answer {
-	a := Answer{key: redisKey(req)}
+	a := Answer{key: c.redisKey(req)}
 	if c.resting() {
 		c.count(ResultError)
 		return a
@@ -263,10 +272,11 @@ func (c *Checker) count(result string) {
 	}
 }
 
-// redisKey is the record's own key hash (scope and key), so Redis holds
-// no merchant key in clear and one scope's entry can never answer another.
-func redisKey(req idempotency.Request) string {
-	return "paysvc:idem:" + hex.EncodeToString(idempotency.KeyHash(req.Scope, req.Key))
+// redisKey is the namespace and the record's own key hash (scope and
+// key), so Redis holds no merchant key in clear and one scope's entry can
+// never answer another.
+func (c *Checker) redisKey(req idempotency.Request) string {
+	return "paysvc:" + c.opts.Namespace + ":idem:" + hex.EncodeToString(idempotency.KeyHash(req.Scope, req.Key))
 }
 
 // newNonce makes each in-flight marker unique, so that a request deletes

@@ -211,3 +211,24 @@ func (e *env) get(t testing.TB, path string) resp {
 	defer res.Body.Close()
 	return resp{status: res.StatusCode, header: res.Header}
 }
+
+// TestRedisSharedByTwoDatabases: two services over two databases share one
+// Redis; the same merchant and key in each are two requests, and neither
+// is ever answered with the other's response.
+func TestRedisSharedByTwoDatabases(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t)
+	a, b := newEnv(t, r.url()), newEnv(t, r.url())
+	for i := range 5 {
+		key := "shared-" + string(rune('a'+i))
+		ra := a.post(t, acmeKey, "/v1/orders", key, orderBody(key, 100))
+		rb := b.post(t, acmeKey, "/v1/orders", key, orderBody(key, 100))
+		if ra.status != http.StatusCreated || rb.status != http.StatusCreated || rb.header.Get("Idempotent-Replayed") != "" || ra.same(rb) {
+			t.Errorf("%s: database a answered %v, database b %v replayed=%q; want two fresh orders", key, ra, rb, rb.header.Get("Idempotent-Replayed"))
+		}
+		// Each replays its own.
+		if again := b.post(t, acmeKey, "/v1/orders", key, orderBody(key, 100)); again.status != 201 || string(again.body) != string(rb.body) {
+			t.Errorf("%s: database b replayed %v, want its own %v", key, again, rb)
+		}
+	}
+}
