@@ -52,6 +52,10 @@ type Options struct {
 	// HTTPTimeouts replaces Serve's HTTP server timeouts (slow-client
 	// tests); a zero field keeps its default.
 	HTTPTimeouts HTTPTimeouts
+	// RedisOpTimeout replaces the Redis pre-check's 50 ms per command
+	// (storm tests under the race detector, where the scheduler, not
+	// Redis, makes commands late); zero keeps it.
+	RedisOpTimeout time.Duration
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -105,7 +109,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	m := metrics.New()
 	// The pre-check's entries belong to this database: a service over
 	// another one that shares the Redis must never replay them.
-	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, mode, m, log, now)
+	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, opts.RedisOpTimeout, mode, m, log, now)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)

@@ -14,7 +14,7 @@ import (
 // newPrecheck builds the Redis pre-check when PAYSVC_REDIS_URL is set, or
 // returns nil. It does not connect: a Redis that is down at start is only
 // a run of misses (CONTRACT §9).
-func newPrecheck(cfg config.Config, namespace string, mode idempotency.InFlightMode, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*precheck.Checker, error) {
+func newPrecheck(cfg config.Config, namespace string, opTimeout time.Duration, mode idempotency.InFlightMode, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*precheck.Checker, error) {
 	if cfg.RedisURL == "" {
 		return nil, nil
 	}
@@ -24,6 +24,7 @@ func newPrecheck(cfg config.Config, namespace string, mode idempotency.InFlightM
 		InFlightTTL:    min(2*time.Second, cfg.Lease),
 		RejectInFlight: mode == idempotency.Reject,
 		Namespace:      namespace,
+		OpTimeout:      opTimeout,
 		Results:        m.RedisPrecheck,
 		Logger:         log,
 		Now:            now,

@@ -122,6 +122,12 @@ type env struct {
 
 func newEnv(t *testing.T, redisURL string, mutate ...func(*config.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, redisURL, app.Options{}, mutate...)
+}
+
+// newEnvWith is newEnv with assembly options (the Redis time-out).
+func newEnvWith(t *testing.T, redisURL string, opts app.Options, mutate ...func(*config.Config)) *env {
+	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
@@ -132,7 +138,7 @@ func newEnv(t *testing.T, redisURL string, mutate ...func(*config.Config)) *env 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), app.Options{})
+	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)
 	}
