@@ -110,12 +110,28 @@ func TestStormSameWithAndWithoutRedis(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		url  string
-	}{{"mysql only", ""}, {"with redis", r.url()}} {
+		mode config.InFlightMode
+	}{
+		{"mysql only", "", config.InFlightReject},
+		{"with redis", r.url(), config.InFlightReject},
+		// In wait mode a marker is not an answer: the duplicate goes to
+		// MySQL and waits there.
+		{"with redis, wait mode", r.url(), config.InFlightWait},
+	} {
 		// A second per Redis command: under the race detector the
 		// scheduler, not Redis, makes answers late, and with 50 ms the
 		// pre-check would sit out most of the storm.
-		e := newEnvWith(t, tc.url, app.Options{RedisOpTimeout: time.Second})
+		e := newEnvWith(t, tc.url, app.Options{RedisOpTimeout: time.Second}, func(c *config.Config) { c.InFlight = tc.mode })
 		answers := e.storm(t, "st", 30, 8)
+		if tc.mode == config.InFlightWait {
+			for key, rs := range answers {
+				for _, a := range rs {
+					if a.status != http.StatusCreated {
+						t.Errorf("%s %s: %v", tc.name, key, a)
+					}
+				}
+			}
+		}
 		e.checkStorm(t, answers)
 		// A second storm of the same keys replays everything.
 		again := e.storm(t, "st", 30, 8)
@@ -131,7 +147,10 @@ func TestStormSameWithAndWithoutRedis(t *testing.T) {
 			precheckCount(t, e, precheck.ResultReplayed), precheckCount(t, e, precheck.ResultInFlight),
 			precheckCount(t, e, precheck.ResultMiss), precheckCount(t, e, precheck.ResultError))
 		if tc.url != "" && precheckCount(t, e, precheck.ResultReplayed) == 0 {
-			t.Errorf("with redis: no replay came from Redis")
+			t.Errorf("%s: no replay came from Redis", tc.name)
+		}
+		if tc.mode == config.InFlightWait && precheckCount(t, e, precheck.ResultInFlight) != 0 {
+			t.Errorf("%s: Redis answered in flight", tc.name)
 		}
 	}
 }
