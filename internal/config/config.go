@@ -56,7 +56,8 @@ type Config struct {
 
 	// NATSURL enables the JetStream intake of provider events (§15) when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
-	NATSURL string
+	NATSURL  string
+	RedisURL string // PAYSVC_REDIS_URL; "" disables the Redis pre-check (redis.go)
 }
 
 const (
@@ -143,6 +144,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 	l.notify(&c.Notify)
 	l.natsURL(&c.NATSURL)
+	l.redisURL(&c.RedisURL)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -535,6 +537,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 		slog.Any("notify", notifyLog(c.Notify)),
 		slog.String("nats_url", maskURL(c.NATSURL)),
+		slog.String("redis_url", maskRedisURL(c.RedisURL)),
 	)
 }
 
