@@ -335,6 +335,10 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	order := created.field("order_no")
 	e.merchant(t, "POST", "/v1/orders", "", coffee)
 	e.merchant(t, "POST", "/v1/orders", "-bad-key", coffee)
+	// Tokens (CONTRACT §14): issued, a bad issue body, one never issued.
+	expect("issue a token", e.merchant(t, "POST", "/v1/idempotency-tokens", "", ""), 201)
+	e.merchant(t, "POST", "/v1/idempotency-tokens", "", `{"amount":1}`)
+	e.merchant(t, "POST", "/v1/orders", idempotency.TokenPrefix+"neverissued", coffee)
 	e.merchant(t, "POST", "/v1/orders", "ex-x", `{"merchant_order_no":"E-9","amount":19.99,"currency":"EUR"}`)
 	e.merchant(t, "POST", "/v1/orders", "ex-x", `{"merchant_order_no":"E-9","amount":1,"currency":"EUR","colour":"red"}`)
 	e.merchant(t, "POST", "/v1/orders", "ex-x", `{"merchant_order_no":"E-9","amount":1,"currency":"eur"}`)

@@ -63,7 +63,7 @@ func TestSpecIsValid(t *testing.T) {
 var rootXIdempotencyFields = []string{
 	"header", "key-pattern", "scope", "fingerprint",
 	"window", "window-env", "callback-window", "callback-window-env", "lease", "lease-env",
-	"missing", "invalid", "in-flight", "conflict", "replay-header", "stored", "window-rule",
+	"missing", "invalid", "in-flight", "conflict", "replay-header", "stored", "window-rule", "tokens",
 }
 
 func rootXIdempotency(t *testing.T) map[string]any {
@@ -168,6 +168,20 @@ func TestRootXIdempotencyMatchesCode(t *testing.T) {
 	}
 	// The statuses and codes of missing/invalid/in-flight/conflict are
 	// compared with live answers in TestIdempotencyAnswersMatchSpec.
+
+	// tokens (CONTRACT §14): the route the code serves, the prefix it
+	// treats as a token; the invalid answer is compared live in
+	// TestIdempotencyAnswersMatchSpec.
+	tokens, _ := x["tokens"].(map[string]any)
+	if got := tokens["route"]; got != httpapi.TokenRoute {
+		t.Errorf("x-idempotency.tokens.route = %v, code httpapi.TokenRoute = %q", got, httpapi.TokenRoute)
+	}
+	if got := tokens["prefix"]; got != idempotency.TokenPrefix {
+		t.Errorf("x-idempotency.tokens.prefix = %v, code idempotency.TokenPrefix = %q", got, idempotency.TokenPrefix)
+	}
+	if doc := loadSpec(t); doc.Paths.Find(httpapi.TokenRoute) == nil || doc.Paths.Find(httpapi.TokenRoute).Post == nil {
+		t.Errorf("x-idempotency.tokens.route %s is not a POST operation of the document", httpapi.TokenRoute)
+	}
 }
 
 // TestOperationXIdempotency: CONTRACT §7's per-operation extension, on the
@@ -594,6 +608,15 @@ func TestIdempotencyAnswersMatchSpec(t *testing.T) {
 	// A failure stored nothing: the retry runs anew.
 	if r := e.merchant(t, "POST", "/v1/orders", "xi-3", inflightBody); r.status != http.StatusCreated || r.header.Get(httpapi.ReplayedHeader) != "" {
 		t.Errorf("retry after the held request failed: %d %s replayed=%q, want a fresh 201", r.status, r.body, r.header.Get(httpapi.ReplayedHeader))
+	}
+
+	// tokens.invalid: a token never issued.
+	tokens, _ := x["tokens"].(map[string]any)
+	inv, _ := tokens["invalid"].(map[string]any)
+	got := e.merchant(t, "POST", "/v1/orders", idempotency.TokenPrefix+"neverissued", `{"merchant_order_no":"X-3","amount":500,"currency":"EUR"}`)
+	status, _ := inv["status"].(float64)
+	if got.status != int(status) || got.code() != inv["code"] {
+		t.Errorf("x-idempotency.tokens.invalid = %v %v, the service answered %d %q", inv["status"], inv["code"], got.status, got.code())
 	}
 }
 

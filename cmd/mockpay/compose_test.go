@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,17 @@ func readCompose(t *testing.T) composeFile {
 			t.Fatalf("docker-compose.yml has no %s service", name)
 		}
 	}
+	// Values are read as compose reads them with nothing set in the
+	// shell: "${NAME:-default}" is its default.
+	for _, svc := range f.Services {
+		for k, v := range svc.Environment {
+			svc.Environment[k] = composeDefault.ReplaceAllString(v, "$1")
+		}
+	}
 	return f
 }
+
+var composeDefault = regexp.MustCompile(`\$\{[A-Z0-9_]+:-([^}]*)\}`)
 
 // TestComposeEnvironmentIsTheContract: every PAYSVC_* value the compose
 // file passes is a variable paysvc reads (a bad value for it is refused

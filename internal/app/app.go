@@ -26,6 +26,7 @@ import (
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/providers"
 	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
 )
@@ -52,6 +53,7 @@ type App struct {
 	// Callbacks applies provider events; the HTTP route and the NATS
 	// intake both call it.
 	Callbacks *callbacks.Handler
+	precheck  *precheck.Checker // nil without PAYSVC_REDIS_URL
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -69,6 +71,10 @@ type Options struct {
 	// RefundNo replaces the refund number generator (tests of events
 	// that arrive before their refund).
 	RefundNo func() string
+	// RedisOpTimeout replaces the Redis pre-check's 50 ms per command
+	// (storm tests under the race detector, where the scheduler, not
+	// Redis, makes commands late); zero keeps it.
+	RedisOpTimeout time.Duration
 }
 
 // Open connects to the database (creating it if missing), migrates it
@@ -120,10 +126,24 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	m := metrics.New()
+	// The pre-check's entries belong to this database: a service over
+	// another one that shares the Redis must never replay them.
+	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, opts.RedisOpTimeout, mode, m, log, now)
+	if err != nil {
+		_ = db.Close(gdb)
+		_ = db.Close(reserve)
+		return nil, err
+	}
+	closePre := func() {
+		if pre != nil {
+			_ = pre.Close()
+		}
+	}
 	relayPool, err := db.OpenPool(dbcfg, relayConns)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)
+		closePre()
 		return nil, err
 	}
 	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
@@ -131,6 +151,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)
 		_ = db.Close(relayPool)
+		closePre()
 		return nil, err
 	}
 	ordersSvc, paymentsSvc := orders.NewService(now, nil).WithTTL(cfg.Providers.OrderTTL), payments.NewService(now, opts.RefundNo, log)
@@ -158,9 +179,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Now:            now,
 		WakeRelay:      notify.relay.Wake,
 		Callbacks:      cbs,
+		Precheck:       pre,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
+		Callbacks: cbs, precheck: pre, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
 		orders: ordersSvc, providers: registry}, nil
 }
 
@@ -270,6 +292,9 @@ func (a *App) Close() error {
 	err := errors.Join(db.Close(a.DB), db.Close(a.Reserve))
 	if a.notify != nil {
 		err = errors.Join(err, db.Close(a.notify.pool))
+	}
+	if a.precheck != nil {
+		err = errors.Join(err, a.precheck.Close())
 	}
 	return err
 }

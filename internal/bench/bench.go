@@ -49,6 +49,9 @@ const (
 	// SectionSettle: the daily settlement and callbacks during it (h).
 	SectionNATS   = "nats"
 	SectionSettle = "settle"
+	// SectionDupStorm is the duplicate storm with and without the Redis
+	// pre-check (dupstorm.go).
+	SectionDupStorm = "dupstorm"
 )
 
 var sectionAliases = map[string]string{
@@ -60,6 +63,7 @@ var sectionAliases = map[string]string{
 	"f": SectionOutbox, SectionOutbox: SectionOutbox,
 	"g": SectionNATS, SectionNATS: SectionNATS,
 	"h": SectionSettle, SectionSettle: SectionSettle,
+	"i": SectionDupStorm, SectionDupStorm: SectionDupStorm,
 }
 
 // Options are the command's flags.
@@ -90,7 +94,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -145,7 +149,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -184,6 +188,7 @@ type Report struct {
 	Outbox     *Outbox
 	Broker     []BrokerComparison
 	Settle     *Settle
+	DupStorm   []DupStorm
 }
 
 type bench struct {
@@ -255,6 +260,19 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 			return rep, fmt.Errorf("outbox: %w", err)
 		}
 		rep.Outbox = &o
+	}
+	if !opts.Skip[SectionDupStorm] {
+		redisURL := getenv("PAYSVC_BENCH_REDIS_URL")
+		if redisURL == "" {
+			redisURL = "redis://127.0.0.1:6379/0"
+		}
+		fmt.Fprintf(stdout, "\n== (i) duplicate storm: POST /v1/orders, each key sent dup times in a row by %d workers, MySQL alone vs the Redis pre-check at %s ==\n",
+			slices.Max(opts.Ns), redisURL)
+		ds, err := b.dupStorm(ctx, sc, redisURL)
+		rep.DupStorm = ds
+		if err != nil {
+			return rep, fmt.Errorf("dupstorm: %w", err)
+		}
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	b.summary(rep)

@@ -47,7 +47,8 @@ func TestQuickRun(t *testing.T) {
 		"command: go run ./cmd/bench -quick", "machine: ", "server:  ", "== round trips",
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
 		"== (d) storage", "== (e) purge under load", "== (f) outbox",
-		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement", "== summary",
+		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
+		"== (i) duplicate storm", "== summary",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -55,6 +56,15 @@ func TestQuickRun(t *testing.T) {
 	}
 	if rep.Machine.NumCPU < 1 || rep.Machine.DBVersion == "" {
 		t.Errorf("machine not reported: %+v", rep.Machine)
+	}
+
+	if len(rep.DupStorm) != 2*len(dupFactors) {
+		t.Errorf("%d duplicate-storm cells, want %d", len(rep.DupStorm), 2*len(dupFactors))
+	}
+	for _, c := range rep.DupStorm {
+		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.StatementsPerReq <= 0 {
+			t.Errorf("duplicate storm cell %+v", c)
+		}
 	}
 
 	if len(rep.RoundTrips) != 4 {

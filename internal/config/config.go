@@ -57,7 +57,8 @@ type Config struct {
 
 	// NATSURL enables the JetStream intake of provider events (§15) when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
-	NATSURL string
+	NATSURL  string
+	RedisURL string // PAYSVC_REDIS_URL; "" disables the Redis pre-check (redis.go)
 }
 
 const (
@@ -146,6 +147,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.notify(&c.Notify)
 	l.providers(&c.Providers)
 	l.natsURL(&c.NATSURL)
+	l.redisURL(&c.RedisURL)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -539,6 +541,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("notify", notifyLog(c.Notify)),
 		slog.Any("providers", providersLog(c.Providers)),
 		slog.String("nats_url", maskURL(c.NATSURL)),
+		slog.String("redis_url", maskRedisURL(c.RedisURL)),
 	)
 }
 

@@ -476,6 +476,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
 		"nats_url":  "",
 		"providers": map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
+		"redis_url": "",
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)
@@ -496,5 +497,37 @@ func TestShortDuration(t *testing.T) {
 		if back, err := time.ParseDuration(shortDuration(d)); err != nil || back != d {
 			t.Errorf("shortDuration(%v) does not parse back: %v, %v", d, back, err)
 		}
+	}
+}
+
+func TestRedisURL(t *testing.T) {
+	for _, tc := range []struct {
+		value, want string
+		ok          bool
+	}{
+		{"", "", true},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0", true},
+		{"rediss://user:pw@cache:6380", "rediss://user:pw@cache:6380", true},
+		{"unix:///run/redis.sock", "unix:///run/redis.sock", true},
+		{"http://127.0.0.1:6379", "", false},
+		{"redis://", "", false},
+		{"127.0.0.1:6379", "", false},
+		{"unix://", "", false},
+	} {
+		c, err := Load(func(k string) string {
+			if k == envRedisURL {
+				return tc.value
+			}
+			return ""
+		})
+		switch {
+		case tc.ok && (err != nil || c.RedisURL != tc.want):
+			t.Errorf("%q: %q, %v; want %q", tc.value, c.RedisURL, err, tc.want)
+		case !tc.ok && (err == nil || !strings.HasPrefix(err.Error(), envRedisURL+": ")):
+			t.Errorf("%q: error %v, want one naming %s", tc.value, err, envRedisURL)
+		}
+	}
+	if got := maskRedisURL("redis://user:secret@cache:6379/0"); strings.Contains(got, "secret") {
+		t.Errorf("masked URL %q shows the password", got)
 	}
 }

@@ -57,13 +57,19 @@ type ctEnv struct {
 
 func ctNew(t *testing.T) *ctEnv {
 	t.Helper()
+	return ctNewWith(t, app.Options{})
+}
+
+// ctNewWith is ctNew with assembly options (test hooks).
+func ctNewWith(t *testing.T, opts app.Options) *ctEnv {
+	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{ctAcmeKey: "acme", ctGlobexKey: "globex"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), app.Options{})
+	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)
 	}

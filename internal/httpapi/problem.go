@@ -44,6 +44,7 @@ var problemKinds = []problemKind{
 	{ErrUnknownProvider, http.StatusNotFound, "unknown_provider", "Unknown provider"},
 	{idempotency.ErrKeyMissing, http.StatusBadRequest, "idempotency_key_missing", "Idempotency-Key header missing"},
 	{idempotency.ErrKeyInvalid, http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key header invalid"},
+	{idempotency.ErrTokenInvalid, http.StatusBadRequest, "idempotency_token_invalid", "Idempotency token invalid or expired"},
 	{validate.ErrInvalid, http.StatusBadRequest, "invalid_request", "Invalid request"},
 	{idempotency.ErrInFlight, http.StatusConflict, "idempotency_key_in_use", "Request with this Idempotency-Key still in progress"},
 	{idempotency.ErrKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key reused with a different request"},

@@ -22,7 +22,9 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/providers"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Deps is what the HTTP layer needs; main wires it.
@@ -53,6 +55,9 @@ type Deps struct {
 	// Callbacks is the callback use case shared with the NATS intake; when
 	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
+	// Precheck, if set, is the Redis pre-check in front of the engine
+	// (CONTRACT §14); readiness never looks at it.
+	Precheck *precheck.Checker
 }
 
 type server struct {
@@ -64,6 +69,8 @@ type server struct {
 	auth    *authenticator
 	ttl     time.Duration
 	reserve *gorm.DB
+
+	precheck *precheck.Checker
 
 	payments  *payments.Service
 	callbacks *callbacks.Handler
@@ -83,6 +90,8 @@ func New(d Deps) *gin.Engine {
 		auth:    newAuthenticator(d.APIKeys),
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
+
+		precheck: d.Precheck,
 
 		payments:  d.Payments,
 		callbacks: d.Callbacks,
@@ -127,6 +136,7 @@ func New(d Deps) *gin.Engine {
 	merchant.GET("/events/:id", s.getEvent)
 	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
 	merchant.GET("/settlements", s.listSettlements)
+	merchant.POST("/idempotency-tokens", s.issueToken)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }
@@ -166,12 +176,33 @@ func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.
 		Key:         key,
 		Fingerprint: idempotency.RequestFingerprint(c.Request.Method, c.Request.URL.Path, canonical),
 		TTL:         s.ttl,
+		Token:       idempotency.IsToken(key),
 	}, obj, true
 }
 
-// idempotent runs fn through the engine and writes the answer.
+// idempotent runs fn through the engine and writes the answer. With the
+// Redis pre-check, a duplicate may be answered before the engine: its
+// stored response, written exactly as the engine's replay, or 409 in
+// flight; everything else goes to the engine, and what it answers is
+// cached for the next duplicate (package precheck).
 func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
-	res, err := s.engine.Do(c.Request.Context(), req, fn)
+	ctx := c.Request.Context()
+	if s.precheck == nil {
+		res, err := s.engine.Do(ctx, req, fn)
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
+		return
+	}
+	a := s.precheck.Check(ctx, req)
+	switch {
+	case a.Response.Status != 0:
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{Response: a.Response, Outcome: idempotency.OutcomeReplayed}, nil)
+		return
+	case a.InFlight:
+		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{}, &idempotency.InFlightError{RetryAfter: time.Second})
+		return
+	}
+	res, err := s.engine.Do(ctx, req, fn)
+	s.precheck.After(ctx, a, req, res, err)
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
 }
 
@@ -184,6 +215,8 @@ func RespondIdempotent(c *gin.Context, m *metrics.Metrics, log *slog.Logger, end
 		case errors.As(err, &inFlight):
 			m.IdempotencyRequests.WithLabelValues(endpoint, "in_flight").Inc()
 			c.Header("Retry-After", strconv.Itoa(inFlight.RetryAfterSeconds()))
+		case errors.Is(err, idempotency.ErrTokenInvalid):
+			m.IdempotencyRequests.WithLabelValues(endpoint, "invalid_key").Inc()
 		case errors.Is(err, idempotency.ErrKeyReused):
 			m.IdempotencyRequests.WithLabelValues(endpoint, "conflict").Inc()
 			log.WarnContext(c.Request.Context(), "idempotency key reused with a different request",
@@ -209,7 +242,14 @@ func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
 	c.Data(r.Status, r.ContentType, r.Body)
 }
 
-func (s *server) fail(c *gin.Context, err error) { Fail(c, s.log, err) }
+func (s *server) fail(c *gin.Context, err error) {
+	if errors.Is(err, validate.ErrInvalid) {
+		// The key is checked before the body (CONTRACT §3): a token's
+		// validity is settled before the body's refusal is answered.
+		err = s.tokenBeforeBody(c, err)
+	}
+	Fail(c, s.log, err)
+}
 
 // unavailableRetryAfter is the Retry-After of a 503 that carries none of
 // its own: a database fault usually clears within seconds, and a client that

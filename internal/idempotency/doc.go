@@ -61,7 +61,9 @@
 //
 // First request: INSERT claim (1) + BEGIN (1) + business statements +
 // fence UPDATE (1) + COMMIT (1). Replay: INSERT (1062) + SELECT = 2. A
-// waiting duplicate (PAYSVC_IN_FLIGHT=wait) polls with one SELECT.
+// waiting duplicate (PAYSVC_IN_FLIGHT=wait) polls with one SELECT. A
+// server-issued token adds none: its first use claims with a conditional
+// UPDATE in place of the INSERT (token.go).
 //
 // # Overload, conflicts and outages (CONTRACT §9)
 //

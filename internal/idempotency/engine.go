@@ -77,6 +77,9 @@ type Request struct {
 	Fingerprint Fingerprint
 	// TTL is the window: how long the record, and so the replay, lives.
 	TTL time.Duration
+	// Token: Key is a server-issued token (IsToken), valid only if issued
+	// to Scope and not expired (token.go).
+	Token bool
 }
 
 // MerchantScope is the scope of a merchant's Idempotency-Key.
@@ -107,6 +110,10 @@ const (
 type Result struct {
 	Response Response
 	Outcome  Outcome
+	// ExpiresAt is when the key's record ends, if known (zero if not): a
+	// cache of the response must not outlive it, or it would replay a key
+	// the window has made new.
+	ExpiresAt time.Time
 }
 
 // Replayed reports whether the response is a stored one.
@@ -325,15 +332,21 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 	now := e.opts.Now().UTC()
 	if probe {
 		rec, found, err := load(ctx, conn, e.codec, req, id, false)
-		if err != nil {
+		switch {
+		case err != nil:
 			return Result{}, answered, err
-		}
-		if found {
+		case req.Token && (!found || !rec.expiresAt.After(now)):
+			return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrTokenInvalid)
+		case found && rec.status != statusIssued:
 			return e.decide(ctx, conn, req, id, fn, rec, now)
 		}
 	}
 	o := newOwner()
-	claim, err := insertClaim(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
+	claimFn := insertClaim
+	if req.Token {
+		claimFn = claimToken
+	}
+	claim, err := claimFn(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
 	switch {
 	case err != nil:
 		// The INSERT may have committed before the connection failed; we
@@ -341,7 +354,13 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
 		return Result{}, answered, err
 	case claim == claimWon:
-		return e.executed(e.execute(ctx, conn, req, id, o, OutcomeFirst, fn))
+		res, st, err := e.executed(e.execute(ctx, conn, req, id, o, OutcomeFirst, fn))
+		if !req.Token && res.Outcome == OutcomeFirst {
+			// A token's record keeps the expiry of its issue, which the
+			// UPDATE did not read: left unknown.
+			res.ExpiresAt = now.Add(req.TTL)
+		}
+		return res, st, err
 	case claim == claimLocked:
 		return Result{}, inFlight, nil
 	}
@@ -349,6 +368,13 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 	switch {
 	case err != nil:
 		return Result{}, answered, err
+	case req.Token && (!found || !rec.expiresAt.After(now)):
+		// Never issued to this scope, or expired: nothing runs, and an
+		// expired token's record is left to purge, not claimed anew.
+		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrTokenInvalid)
+	case req.Token && rec.status == statusIssued:
+		// Put back by a failed execution since our UPDATE: claim again.
+		return Result{}, again, nil
 	case !found:
 		// Released or purged since our INSERT.
 		return Result{}, again, nil
@@ -371,7 +397,7 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
-		return Result{Response: rec.response, Outcome: OutcomeReplayed}, answered, nil
+		return Result{Response: rec.response, Outcome: OutcomeReplayed, ExpiresAt: rec.expiresAt}, answered, nil
 	default:
 		return Result{}, inFlight, nil
 	}
@@ -405,7 +431,11 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 		return Result{}, again, nil
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	return e.executed(e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn))
+	res, st, err := e.executed(e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn))
+	if res.Outcome != "" {
+		res.ExpiresAt = rec.expiresAt
+	}
+	return res, st, err
 }
 
 // executed maps execute's answer to a round state: a lost fence means
@@ -571,7 +601,7 @@ func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, r
 	if rec.response.Status != resp.Status || !bytes.Equal(rec.response.Body, resp.Body) {
 		outcome = OutcomeReplayed
 	}
-	return Result{Response: rec.response, Outcome: outcome}, true
+	return Result{Response: rec.response, Outcome: outcome, ExpiresAt: rec.expiresAt}, true
 }
 
 // cleanup runs fn with cleanupBudget of its own, even if the request's
@@ -588,8 +618,12 @@ func (e *Engine) cleanup(ctx context.Context, fn func(ctx context.Context)) {
 // ours was there to delete.
 func (e *Engine) release(ctx context.Context, req Request, id keyHash, o owner) (bool, error) {
 	backoff := firstBackoff
+	free := release
+	if req.Token {
+		free = unclaimToken
+	}
 	for {
-		deleted, err := release(ctx, e.reserve, req, id, o)
+		deleted, err := free(ctx, e.reserve, req, id, o)
 		if err == nil {
 			return deleted, nil
 		}

@@ -37,6 +37,9 @@ type Metrics struct {
 	// SweepOrders{result}: overdue orders the sweep (§12) closed,
 	// recovered from the provider, or deferred.
 	SweepOrders *prometheus.CounterVec
+	// RedisPrecheck{result}: replayed, in_flight, miss or error
+	// (CONTRACT §14); zero unless PAYSVC_REDIS_URL is set.
+	RedisPrecheck *prometheus.CounterVec
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -67,6 +70,11 @@ func New() *Metrics {
 		Help: "Messages of the NATS JetStream intake by result (acked, nacked, terminated).",
 	}, []string{"result"})
 	m.Registry.MustRegister(m.NATSMessages)
+	m.RedisPrecheck = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_redis_precheck_total",
+		Help: "Redis pre-checks of merchant requests by result: replayed, in_flight, miss, error.",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.RedisPrecheck)
 	m.Registry.MustRegister(m.IdempotencyRequests, m.Callbacks, m.Purged, m.HTTPDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.NotifyAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
