@@ -25,7 +25,8 @@ import (
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/internal/providers"
+	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
 )
 
 // App is an assembled service.
@@ -107,7 +108,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Logger:       log,
 		BeforeCommit: opts.BeforeCommit,
 	})
-	verifiers, err := Verifiers(cfg.WebhookSecrets, cfg.WebhookTolerance, now)
+	registry, err := Providers(cfg, now)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)
@@ -133,7 +134,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		paymentsSvc.WithOutbox(notify.recorder)
 	}
 	// One callback use case for every intake (HTTP, NATS).
-	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Verifiers: verifiers,
+	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
 		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
@@ -144,7 +145,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		APIKeys:        cfg.APIKeys,
 		IdempotencyTTL: cfg.IdempotencyTTL,
 		Payments:       paymentsSvc,
-		Verifiers:      verifiers,
+		Providers:      registry,
 		CallbackTTL:    cfg.CallbackTTL,
 		RequestTimeout: cfg.RequestTimeout,
 		Reserve:        reserve,
@@ -184,23 +185,30 @@ func waitForDatabase(ctx context.Context, dbcfg *db.MySQLConfig, log *slog.Logge
 	}
 }
 
-// Verifiers builds one webhook verifier per provider from the configured
-// secrets (several per provider during a rotation).
-func Verifiers(secrets map[string][]string, tolerance time.Duration, now func() time.Time) (map[string]*webhooks.Verifier, error) {
-	out := make(map[string]*webhooks.Verifier, len(secrets))
-	for provider, raw := range secrets {
-		parsed := make([]webhooks.Secret, 0, len(raw))
-		for i, r := range raw {
-			sec, err := webhooks.ParseSecret(r)
-			if err != nil {
-				return nil, fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s, secret %d: %w", provider, i+1, err)
-			}
-			parsed = append(parsed, sec)
-		}
-		out[provider] = webhooks.NewVerifier(parsed, tolerance, now)
-	}
-	return out, nil
+// Providers builds the provider adapters: an inbound one per provider with
+// webhook secrets, an outbound one per entry of PAYSVC_PROVIDER_API. A provider without a kind of its own (providerKinds)
+// speaks Standard Webhooks and the generic API: the mockpay adapter.
+func Providers(cfg config.Config, now func() time.Time) (*providers.Registry, error) {
+	return providers.Build(providers.Config{
+		Secrets:   cfg.WebhookSecrets,
+		Tolerance: cfg.WebhookTolerance,
+		Now:       now,
+		APIs:      providerAPIs(cfg.Providers.APIs),
+		Kinds:     providerKinds,
+		Default:   mockpayadapter.Kind,
+	})
 }
+
+func providerAPIs(cfg map[string]config.ProviderAPI) map[string]providers.API {
+	out := make(map[string]providers.API, len(cfg))
+	for p, a := range cfg {
+		out[p] = providers.API{URL: a.URL, APIKey: a.APIKey}
+	}
+	return out
+}
+
+// providerKinds maps provider names to adapters other than the default.
+var providerKinds = map[string]providers.Kind{}
 
 // Purge runs one retention pass and counts what it removed: expired
 // idempotency records, then events past PAYSVC_EVENT_TTL with their

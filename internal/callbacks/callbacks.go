@@ -22,10 +22,10 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/internal/providers"
 )
 
-// ErrUnknownProvider: no webhook secret is configured for the provider.
+// ErrUnknownProvider: no webhook adapter is configured for the provider.
 var ErrUnknownProvider = errors.New("unknown provider")
 
 // ContentType is the content type of every stored callback response.
@@ -50,8 +50,9 @@ type body struct {
 type Deps struct {
 	Engine   *idempotency.Engine
 	Payments *payments.Service
-	// Verifiers holds one webhook verifier per configured provider.
-	Verifiers map[string]*webhooks.Verifier
+	// Providers holds the adapters; a provider without an inbound one
+	// is unknown.
+	Providers *providers.Registry
 	// TTL is the window of provider callbacks (PAYSVC_CALLBACK_TTL).
 	TTL     time.Duration
 	Metrics *metrics.Metrics
@@ -78,41 +79,52 @@ type Outcome struct {
 }
 
 // Apply runs the checks of CONTRACT §5 in order — provider, signature,
-// event — and then the engine with the derived key. A returned error is one
-// of ErrUnknownProvider, webhooks.ErrInvalidSignature, a validate.Error
+// event (the provider's inbound adapter) — and then the engine with the
+// derived key. A returned error is one of ErrUnknownProvider,
+// providers.ErrInvalidSignature, a validate.Error
 // (400) or the engine's (in flight, key reused, business refusal such as
 // payments.ErrRetryLater, unavailable). A payment applied on first
 // delivery: claim, BEGIN, payment INSERT, order UPDATE, ledger INSERT,
 // order locking read and event INSERT (the outbox), fence, COMMIT = 9
 // round trips; a replay: 2.
 func (h *Handler) Apply(ctx context.Context, provider string, header http.Header, raw []byte) (Outcome, error) {
-	verifier, known := h.d.Verifiers[provider]
+	adapter, known := h.d.Providers.Inbound(provider)
 	if !known {
 		h.count("unknown", "", "unknown_provider")
 		return Outcome{}, ErrUnknownProvider
 	}
-	if err := verifier.Verify(header, raw); err != nil {
+	parsed, err := adapter.Parse(header, raw)
+	switch {
+	case errors.Is(err, providers.ErrInvalidSignature):
 		// Why goes to the log only: "302s behind, tolerance 300s" would
 		// tell anyone the server's clock and its tolerance, and which
 		// check a forgery got past. The sender gets one fixed answer.
 		h.d.Log.WarnContext(ctx, "callback signature refused", "provider", provider, "err", err.Error())
 		h.count(provider, "", "invalid_signature")
-		return Outcome{}, webhooks.ErrInvalidSignature
-	}
-	ev, data, err := payments.DecodeEvent(raw)
-	if errors.Is(err, payments.ErrUnhandledType) {
+		return Outcome{}, providers.ErrInvalidSignature
+	case errors.Is(err, providers.ErrUnhandled):
 		h.count(provider, unhandledTypeLabel, string(payments.Unhandled))
 		return Outcome{Unhandled: true, Result: idempotency.Result{Response: idempotency.Response{
 			Status: http.StatusOK, ContentType: ContentType, Body: unhandledBody}}}, nil
-	}
-	if err != nil {
+	case err != nil:
 		h.count(provider, "", "invalid_request")
 		return Outcome{}, err
 	}
+	res, err := h.ApplyEvent(ctx, provider, parsed)
+	return Outcome{Result: res}, err
+}
+
+// ApplyEvent applies an event already verified and mapped: the engine with
+// the key {provider}:{type}:{txn_id} and the fingerprint of data. Apply
+// ends here, and so does the order sweep when it finds at the provider a
+// payment whose callback has not arrived (CONTRACT §12): the callback that
+// comes later replays what the sweep stored, byte for byte.
+func (h *Handler) ApplyEvent(ctx context.Context, provider string, p providers.Parsed) (idempotency.Result, error) {
+	ev := p.Event
 	req := idempotency.Request{
 		Scope:       idempotency.CallbackScope(provider),
 		Key:         provider + ":" + string(ev.Type) + ":" + ev.TxnID,
-		Fingerprint: idempotency.DataFingerprint(data),
+		Fingerprint: idempotency.DataFingerprint(p.Data),
 		TTL:         h.d.TTL,
 	}
 	var result payments.Result
@@ -132,7 +144,7 @@ func (h *Handler) Apply(ctx context.Context, provider string, header http.Header
 	default:
 		h.count(provider, string(ev.Type), string(result))
 	}
-	return Outcome{Result: res}, err
+	return res, err
 }
 
 // StoredResult reads the result out of a stored callback response; only a

@@ -18,6 +18,8 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/providers"
+	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
 	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -45,13 +47,16 @@ func signed(t *testing.T, body []byte) http.Header {
 func TestApply(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
-	sec, _ := webhooks.ParseSecret(rawSecret)
+	inbound, err := mockpayadapter.NewInbound(providers.InboundConfig{Provider: "mockpay", Secrets: []string{rawSecret}, Tolerance: 5 * time.Minute, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := metrics.New()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := callbacks.New(callbacks.Deps{
 		Engine:    idempotency.New(d.Gorm, idempotency.Options{}),
 		Payments:  payments.NewService(time.Now, nil, log),
-		Verifiers: map[string]*webhooks.Verifier{"mockpay": webhooks.NewVerifier([]webhooks.Secret{sec}, 5*time.Minute, time.Now)},
+		Providers: providers.NewRegistry(map[string]providers.Inbound{"mockpay": inbound}, nil),
 		TTL:       time.Hour, Metrics: m, Log: log, Code: httpapi.ProblemCode,
 	})
 	ctx := context.Background()

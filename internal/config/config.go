@@ -53,6 +53,7 @@ type Config struct {
 	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
 	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
 	Notify           Notify              // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
+	Providers        Providers           // PAYSVC_PROVIDER_API, PAYSVC_ORDER_TTL, PAYSVC_SWEEP_INTERVAL (providers.go)
 
 	// NATSURL enables the JetStream intake of provider events (§15) when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
@@ -110,6 +111,7 @@ func Defaults() Config {
 		DBMaxConns:       32,
 		RequestTimeout:   10 * time.Second,
 		Notify:           defaultNotify(),
+		Providers:        defaultProviders(),
 	}
 }
 
@@ -142,6 +144,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 	l.notify(&c.Notify)
+	l.providers(&c.Providers)
 	l.natsURL(&c.NATSURL)
 
 	// A record that expires while its request still holds the lease would
@@ -534,6 +537,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("db_max_conns", c.DBMaxConns),
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 		slog.Any("notify", notifyLog(c.Notify)),
+		slog.Any("providers", providersLog(c.Providers)),
 		slog.String("nats_url", maskURL(c.NATSURL)),
 	)
 }

@@ -24,6 +24,7 @@ var allVars = []string{
 	envIdempotencyTTL, envCallbackTTL, envLease, envInFlight, envInFlightWait,
 	envPurgeInterval, envPurgeBatch, envAutoMigrate, envShutdownTimeout, envLogLevel, envDBMaxConns, envRequestTimeout,
 	envNotifyEndpoints, envNotifyTimeout, envNotifySchedule, envEventTTL,
+	envProviderAPI, envOrderTTL, envSweepInterval,
 }
 
 // Secrets used below. The Standard Webhooks test-vector secret is unpadded
@@ -64,6 +65,7 @@ func TestDefaultsAreTheContract(t *testing.T) {
 				5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
 			EventTTL: 720 * time.Hour,
 		},
+		Providers: Providers{APIs: map[string]ProviderAPI{}, OrderTTL: 2 * time.Hour, SweepInterval: 30 * time.Second},
 	}
 	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Defaults() = %#v\nwant %#v", got, want)
@@ -472,7 +474,8 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"request_timeout":   "10s",
 		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
 			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
-		"nats_url": "",
+		"nats_url":  "",
+		"providers": map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)

@@ -22,7 +22,7 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/internal/providers"
 )
 
 // Deps is what the HTTP layer needs; main wires it.
@@ -37,8 +37,8 @@ type Deps struct {
 	// IdempotencyTTL is the window of merchant requests.
 	IdempotencyTTL time.Duration
 	Payments       *payments.Service
-	// Verifiers holds one webhook verifier per configured provider.
-	Verifiers map[string]*webhooks.Verifier
+	// Providers holds the provider adapters.
+	Providers *providers.Registry
 	// CallbackTTL is the window of provider callbacks.
 	CallbackTTL time.Duration
 	// RequestTimeout bounds the work on every request (CONTRACT §9).
@@ -51,7 +51,7 @@ type Deps struct {
 	Now       func() time.Time
 	WakeRelay func()
 	// Callbacks is the callback use case shared with the NATS intake; when
-	// nil, New builds one from Engine, Payments, Verifiers and CallbackTTL.
+	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
 }
 
@@ -94,7 +94,7 @@ func New(d Deps) *gin.Engine {
 		s.now = time.Now
 	}
 	if s.callbacks == nil {
-		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Verifiers: d.Verifiers,
+		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Providers: d.Providers,
 			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger, Code: ProblemCode})
 	}
 	gin.SetMode(gin.ReleaseMode)

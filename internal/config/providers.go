@@ -1,0 +1,93 @@
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Calls to providers and order expiry (CONTRACT §11, §12).
+const (
+	envProviderAPI   = "PAYSVC_PROVIDER_API"
+	envOrderTTL      = "PAYSVC_ORDER_TTL"
+	envSweepInterval = "PAYSVC_SWEEP_INTERVAL"
+)
+
+// ProviderAPI is one provider's outbound API. The key is never logged:
+// LogValue shows the providers and their URLs' hosts only.
+type ProviderAPI struct {
+	URL    string
+	APIKey string
+}
+
+// Providers is the configuration of calls to providers and of the sweep.
+type Providers struct {
+	APIs          map[string]ProviderAPI // PAYSVC_PROVIDER_API: provider -> API
+	OrderTTL      time.Duration          // PAYSVC_ORDER_TTL; 0 disables expiry
+	SweepInterval time.Duration          // PAYSVC_SWEEP_INTERVAL; 0 disables the background sweep
+}
+
+func defaultProviders() Providers {
+	return Providers{APIs: map[string]ProviderAPI{}, OrderTTL: 2 * time.Hour, SweepInterval: 30 * time.Second}
+}
+
+func (l *loader) providers(dst *Providers) {
+	l.providerAPIs(dst.APIs)
+	l.duration(envOrderTTL, &dst.OrderTTL, "2h, 30m; 0 disables", true)
+	l.duration(envSweepInterval, &dst.SweepInterval, "30s, 1m; 0 disables", true)
+}
+
+// providerAPIs reads "provider=URL api_key" entries, comma-separated.
+// Entries are named by position and provider only: neither the URL (it may
+// carry credentials) nor the key ever reaches a message.
+func (l *loader) providerAPIs(dst map[string]ProviderAPI) {
+	v, ok := l.get(envProviderAPI)
+	if !ok {
+		return
+	}
+	entryOf := map[string]int{}
+	for i, entry := range strings.Split(v, ",") {
+		n := i + 1
+		entry = strings.TrimSpace(entry)
+		provider, rest, found := strings.Cut(entry, "=")
+		provider = strings.TrimSpace(provider)
+		fields := strings.Fields(rest)
+		switch {
+		case entry == "":
+			l.fail(envProviderAPI, "entry %d is empty (a stray comma?)", n)
+		case !found || strings.Contains(provider, "://"):
+			l.fail(envProviderAPI, "entry %d has no provider (want provider=URL api_key)", n)
+		case !validName(provider, 32, false):
+			l.fail(envProviderAPI, "entry %d: provider must be 1-32 characters of a-z 0-9 _ -", n)
+		case entryOf[provider] != 0:
+			l.fail(envProviderAPI, "entry %d names the provider of entry %d (one API per provider)", n, entryOf[provider])
+		case len(fields) == 0:
+			l.fail(envProviderAPI, "entry %d has no URL", n)
+		case !validEndpointURL(fields[0]):
+			l.fail(envProviderAPI, "entry %d: the URL must be an absolute http or https URL with a host", n)
+		case len(fields) == 1:
+			l.fail(envProviderAPI, "entry %d has no api key (want provider=URL api_key)", n)
+		case len(fields) > 2:
+			l.fail(envProviderAPI, "entry %d has more than a URL and one api key", n)
+		case !validAPIKey(fields[1]):
+			l.fail(envProviderAPI, "entry %d: the api key must be printable characters without spaces or commas", n)
+		}
+		if l.err != nil {
+			return
+		}
+		entryOf[provider] = n
+		dst[provider] = ProviderAPI{URL: fields[0], APIKey: fields[1]}
+	}
+}
+
+// providersLog is what may be logged: URLs masked, keys left out.
+func providersLog(p Providers) map[string]any {
+	apis := make(map[string]string, len(p.APIs))
+	for provider, a := range p.APIs {
+		apis[provider] = maskURL(a.URL)
+	}
+	return map[string]any{
+		"apis":           apis,
+		"order_ttl":      shortDuration(p.OrderTTL),
+		"sweep_interval": shortDuration(p.SweepInterval),
+	}
+}
