@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
@@ -28,7 +29,7 @@ func FuzzParse(f *testing.F) {
 		ev, data, err := Parse(body)
 		var ve *validate.Error
 		switch {
-		case errors.Is(err, ErrUnhandled), errors.As(err, &ve):
+		case errors.Is(err, providers.ErrUnhandled), errors.As(err, &ve):
 			return
 		case err != nil:
 			t.Fatalf("unexpected error kind: %v", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -22,14 +23,41 @@ import (
 // a few hundred during a secret rotation.
 const maxSignatureHeaderLen = webhooks.MaxSignatureHeaderLen
 
-// ErrUnhandled is a correctly signed event paysvc does not act on: another
-// type, or an object without paysvc's metadata.
-var ErrUnhandled = errors.New("stripe event not handled")
+// Inbound is the webhook half of the adapter: providers.Inbound.
+type Inbound struct{ v *Verifier }
+
+// NewInbound builds the inbound adapter from the provider's entry of
+// PAYSVC_WEBHOOK_SECRETS and PAYSVC_WEBHOOK_TOLERANCE.
+func NewInbound(c providers.InboundConfig) (providers.Inbound, error) {
+	v, err := NewVerifier(c.Secrets, c.Tolerance)
+	if err != nil {
+		return nil, err
+	}
+	if c.Now != nil {
+		v.now = c.Now
+	}
+	return &Inbound{v: v}, nil
+}
+
+// Parse implements providers.Inbound: Verify, then Parse.
+func (in *Inbound) Parse(header http.Header, body []byte) (providers.Parsed, error) {
+	if err := in.v.Verify(header, body); err != nil {
+		return providers.Parsed{}, err
+	}
+	ev, data, err := Parse(body)
+	if err != nil {
+		return providers.Parsed{}, err
+	}
+	return providers.Parsed{Event: ev, Data: data}, nil
+}
 
 // Verifier checks Stripe-Signature with the endpoint's signing secrets.
 type Verifier struct {
 	secrets   []string
 	tolerance time.Duration
+	// now is only for refusing timestamps from the future: stripe-go
+	// measures the age against its own time.Now.
+	now func() time.Time
 }
 
 // NewVerifier takes the endpoint's signing secrets as Stripe prints them
@@ -49,7 +77,7 @@ func NewVerifier(secrets []string, tolerance time.Duration) (*Verifier, error) {
 	if tolerance <= 0 {
 		return nil, errors.New("stripe: webhook tolerance must be positive")
 	}
-	return &Verifier{secrets: append([]string(nil), secrets...), tolerance: tolerance}, nil
+	return &Verifier{secrets: append([]string(nil), secrets...), tolerance: tolerance, now: time.Now}, nil
 }
 
 // Verify checks the body against Stripe-Signature. Every failure wraps
@@ -68,8 +96,8 @@ func (v *Verifier) Verify(header http.Header, body []byte) error {
 	// stripe-go refuses only timestamps older than the tolerance; the
 	// contract's tolerance is a skew both ways, so a timestamp from the
 	// future is refused here.
-	if t, ok := signedAt(sig[0]); ok && time.Until(t) > v.tolerance {
-		return fmt.Errorf("%w: timestamp %s ahead", webhooks.ErrInvalidSignature, time.Until(t).Round(time.Second))
+	if t, ok := signedAt(sig[0]); ok && t.Sub(v.now()) > v.tolerance {
+		return fmt.Errorf("%w: timestamp %s ahead", webhooks.ErrInvalidSignature, t.Sub(v.now()).Round(time.Second))
 	}
 	var err error
 	for _, secret := range v.secrets {
@@ -113,7 +141,7 @@ const (
 // Parse maps a verified Stripe event to the provider event of CONTRACT §5
 // and returns it with the canonical form of its §5 data, the callback's
 // fingerprint input. A well-formed event paysvc does not act on is
-// ErrUnhandled; a malformed one is a validate.Error (400).
+// providers.ErrUnhandled; a malformed one is a validate.Error (400).
 //
 // Stripe's own types (stripe.Event, stripe.PaymentIntent) are not used to
 // decode: they follow the API version stripe-go is pinned to, while an
@@ -135,7 +163,7 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 	case "":
 		return payments.Event{}, nil, validate.Invalid("type", "is required and must be a string")
 	default:
-		return payments.Event{}, nil, fmt.Errorf("stripe type %s: %w", validate.Quote(typ), ErrUnhandled)
+		return payments.Event{}, nil, fmt.Errorf("stripe type %s: %w", validate.Quote(typ), providers.ErrUnhandled)
 	}
 	data, _ := root["data"].(map[string]any)
 	obj, ok := data["object"].(map[string]any)
@@ -145,7 +173,7 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 	meta, _ := obj["metadata"].(map[string]any)
 	orderNo, ours := meta[metaOrderNo]
 	if !ours {
-		return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.order_no: %w", typ, ErrUnhandled)
+		return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.order_no: %w", typ, providers.ErrUnhandled)
 	}
 	mapped := map[string]any{
 		"order_no": orderNo,
@@ -170,11 +198,11 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 		default:
 			// pending, requires_action, canceled: not settled yet, or
 			// not a state §5 has; the settling update follows.
-			return payments.Event{}, nil, fmt.Errorf("stripe %s with status %s: %w", typ, validate.Quote(status), ErrUnhandled)
+			return payments.Event{}, nil, fmt.Errorf("stripe %s with status %s: %w", typ, validate.Quote(status), providers.ErrUnhandled)
 		}
 		refundNo, ours := meta[metaRefundNo]
 		if !ours {
-			return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.refund_no: %w", typ, ErrUnhandled)
+			return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.refund_no: %w", typ, providers.ErrUnhandled)
 		}
 		mapped["refund_no"], mapped["amount"] = refundNo, obj["amount"]
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -85,8 +86,8 @@ func TestParseFixtures(t *testing.T) {
 			var ve *validate.Error
 			switch {
 			case tc.unhandled:
-				if !errors.Is(err, ErrUnhandled) {
-					t.Fatalf("err = %v, want ErrUnhandled", err)
+				if !errors.Is(err, providers.ErrUnhandled) {
+					t.Fatalf("err = %v, want providers.ErrUnhandled", err)
 				}
 			case tc.invalid != "":
 				if !errors.As(err, &ve) || ve.Field != tc.invalid {
