@@ -38,6 +38,8 @@
 // of stripe-go is touched.
 package stripe
 
+import "github.com/paysvc/paysvc/internal/providers"
+
 // Name is the provider name: the path segment of POST /v1/callbacks/stripe,
 // the key prefix stripe:{type}:{txn_id}, and the entry name in
 // PAYSVC_WEBHOOK_SECRETS and PAYSVC_PROVIDER_API.
@@ -45,3 +47,6 @@ const Name = "stripe"
 
 // SignatureHeader carries Stripe's signature: t={unix},v1={hex HMAC}[,v1=…].
 const SignatureHeader = "Stripe-Signature"
+
+// Kind builds the Stripe adapters; app's registry maps Name to it.
+var Kind = providers.Kind{NewInbound: NewInbound, NewOutbound: NewOutbound}
