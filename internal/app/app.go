@@ -24,6 +24,7 @@ import (
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
 	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
@@ -44,6 +45,7 @@ type App struct {
 	now      func() time.Time
 	timeouts HTTPTimeouts
 	notify   *notifications // events and their relay (outbox.go)
+	calls    *outbox.Relay  // calls to providers (providers.go); nil without PAYSVC_PROVIDER_API
 
 	// Callbacks applies provider events; the HTTP route and the NATS
 	// intake both call it.
@@ -134,6 +136,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		ordersSvc.WithOutbox(notify.recorder)
 		paymentsSvc.WithOutbox(notify.recorder)
 	}
+	calls := newCallsRelay(cfg, registry, relayPool, gdb, paymentsSvc, log, now)
 	// One callback use case for every intake (HTTP, NATS).
 	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
 		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
@@ -155,7 +158,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Callbacks:      cbs,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify}, nil
+		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -363,6 +366,11 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		relayDone := make(chan struct{})
 		defer func() { stopPurge(); <-relayDone }()
 		go func() { defer close(relayDone); a.relayLoop(purgeCtx) }()
+	}
+	if a.calls != nil {
+		callsDone := make(chan struct{})
+		defer func() { stopPurge(); <-callsDone }()
+		go func() { defer close(callsDone); a.RunProviderCalls(purgeCtx) }()
 	}
 	if a.Config.NATSURL != "" {
 		natsDone := make(chan struct{})

@@ -28,6 +28,7 @@ const (
 	RefundSucceeded        = "refund.succeeded"
 	RefundFailed           = "refund.failed"
 	PaymentFlagged         = "payment.flagged"
+	PaymentRefunded        = "payment.refunded"
 )
 
 // Reasons of order.closed.

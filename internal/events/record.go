@@ -93,11 +93,33 @@ func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Orde
 	return r.insert(ctx, tx, o.MerchantID, evs)
 }
 
-// PaymentFlagged records payment.flagged.
+// PaymentFlagged records payment.flagged; data.refund is the automatic
+// refund when one was decided (CONTRACT §10, §11.2).
 func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
-	d := data{Order: r.enc.Order(o), Payment: &paymentJSON{Provider: p.Provider, TxnID: p.TxnID,
+	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, flaggedData(r.enc.Order(o), p)}})
+}
+
+// PaymentRefunded records payment.refunded: a flagged payment's automatic
+// refund settled.
+func (r *Recorder) PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
+	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentRefunded, flaggedData(r.enc.Order(o), p)}})
+}
+
+// autoRefundJSON is an automatic refund in data.refund.
+type autoRefundJSON struct {
+	RefundNo string `json:"refund_no"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+}
+
+func flaggedData(order json.RawMessage, p payments.FlaggedPayment) data {
+	d := data{Order: order, Payment: &paymentJSON{Provider: p.Provider, TxnID: p.TxnID,
 		Amount: p.Amount, Currency: p.Currency, Result: p.Result}}
-	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, d}})
+	if p.RefundNo != "" {
+		d.Refund = marshal(autoRefundJSON{RefundNo: p.RefundNo, Amount: p.Amount, Currency: p.Currency, Status: p.RefundStatus})
+	}
+	return d
 }
 
 type typed struct {

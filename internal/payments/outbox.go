@@ -23,6 +23,9 @@ type Outbox interface {
 	// duplicate_payment, late_payment or amount_mismatch); o is its order,
 	// unchanged.
 	PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
+	// PaymentRefunded: the automatic refund of a flagged payment settled
+	// (CONTRACT §11.2); o is its order, unchanged.
+	PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
 }
 
 // FlaggedPayment is a payment kept for a refund by hand.
@@ -32,6 +35,10 @@ type FlaggedPayment struct {
 	Amount   int64
 	Currency string
 	Result   Result
+	// RefundNo is the automatic refund's reference, "" when none was
+	// decided (no provider API); RefundStatus its status.
+	RefundNo     string
+	RefundStatus string
 }
 
 // WithOutbox makes s record its changes in ob; without one (tests of other

@@ -26,6 +26,7 @@ type Service struct {
 	refundNo func() string
 	log      *slog.Logger
 	outbox   Outbox // nil: no events
+	calls    Calls  // nil: no provider is called (calls.go)
 }
 
 // NewService returns a Service; nil arguments take defaults.
@@ -63,7 +64,8 @@ type RefundInput struct {
 // the guarded relative UPDATE of the order.
 func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, in RefundInput) (Refund, error) {
 	at := s.at()
-	if _, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo); err != nil {
+	o, err := orders.GetForMerchantUpdate(ctx, tx, merchantID, orderNo)
+	if err != nil {
 		return Refund{}, err
 	}
 	r := Refund{
@@ -91,6 +93,9 @@ func (s *Service) CreateRefund(ctx context.Context, tx *gorm.DB, merchantID, ord
 			// the row; this must roll back instead.
 			return Refund{}, fmt.Errorf("refund refused (%v), withdrawing its row: %w", err, derr)
 		}
+		return Refund{}, err
+	}
+	if err := s.decideRefund(ctx, tx, o, r); err != nil {
 		return Refund{}, err
 	}
 	return r, nil
@@ -179,8 +184,18 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 	if err := setPaymentResult(ctx, tx, provider, ev.TxnID, result); err != nil {
 		return "", err
 	}
+	// With the provider's API the money goes back without a person
+	// (CONTRACT §11.2): decided here, in the transaction that found it.
+	refundNo, err := s.decideAutoRefund(ctx, tx, provider, ev)
+	if err != nil {
+		return "", err
+	}
 	if s.outbox != nil {
-		p := FlaggedPayment{Provider: provider, TxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Result: result}
+		p := FlaggedPayment{Provider: provider, TxnID: ev.TxnID, Amount: ev.Amount, Currency: ev.Currency, Result: result,
+			RefundNo: refundNo}
+		if refundNo != "" {
+			p.RefundStatus = RefundPending
+		}
 		if err := s.outbox.PaymentFlagged(ctx, tx, o, p); err != nil {
 			return "", err
 		}
@@ -238,6 +253,9 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		return "", err
 	}
 	if paid && payer != provider {
+		if handled, res, err := s.autoRefundSettled(ctx, tx, provider, o, ev); handled || err != nil {
+			return res, err
+		}
 		s.log.WarnContext(ctx, "refund event from a provider that did not take the payment; ignored", "provider", provider,
 			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo, "paid_by", payer)
 		return Ignored, nil
@@ -252,6 +270,9 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		}
 	}
 	if !found {
+		if handled, res, err := s.autoRefundSettled(ctx, tx, provider, o, ev); handled || err != nil {
+			return res, err
+		}
 		return "", fmt.Errorf("refund %s of order %s: %w", validate.Quote(ev.RefundNo), ev.OrderNo, ErrRetryLater)
 	}
 	if r.OrderNo != o.OrderNo || r.Amount != ev.Amount || o.Currency != ev.Currency {

@@ -29,7 +29,11 @@ type Report struct {
 	// late or of the wrong amount): money to pay back, not an inconsistency,
 	// so the books stay clean (CONTRACT §6: no interleaving of duplicates
 	// makes a finding). Each one is listed in Unreturned.
-	ToRefund   int64
+	ToRefund int64
+	// Returned counts such payments that the provider refunded
+	// automatically (CONTRACT §11.2): settled, neither to refund by hand
+	// nor a finding.
+	Returned   int64
 	Unreturned []Finding
 	Findings   []Finding
 }
@@ -49,8 +53,8 @@ func (r Report) Print(w io.Writer) {
 	if !r.Clean() {
 		verdict = fmt.Sprintf("%d findings", len(r.Findings))
 	}
-	fmt.Fprintf(w, "reconcile: %d orders, %d payments (%d to refund by hand), %d refunds, %d ledger entries: %s\n",
-		r.Orders, r.Payments, r.ToRefund, r.Refunds, r.LedgerEntries, verdict)
+	fmt.Fprintf(w, "reconcile: %d orders, %d payments (%d to refund by hand, %d returned automatically), %d refunds, %d ledger entries: %s\n",
+		r.Orders, r.Payments, r.ToRefund, r.Returned, r.Refunds, r.LedgerEntries, verdict)
 }
 
 const paidStates = `('PAID','PARTIALLY_REFUNDED','REFUNDED')`
@@ -67,10 +71,24 @@ const unreturnedResults = `('duplicate_payment','late_payment','amount_mismatch'
 var unreturned = struct{ name, query string }{"payment to refund", `
 SELECT CONCAT(p.provider, '/', CAST(p.txn_id AS CHAR), ' on order ', p.order_no, ': ', p.amount, ' ', p.currency, ' (', p.result, ')')
   FROM payments p WHERE p.status = 'SUCCEEDED' AND p.result IN ` + unreturnedResults + `
+   AND NOT EXISTS (SELECT 1 FROM provider_calls c WHERE ` + autoRefundOf + `)
  ORDER BY p.id`}
+
+// autoRefundOf matches the automatic refund (CONTRACT §11.2) of payment p:
+// such a payment is being returned, or was, without a person.
+const autoRefundOf = `c.provider = p.provider AND c.payment_txn_id = p.txn_id AND c.kind = 1`
+
+// returned counts the payments whose automatic refund the provider
+// settled as succeeded.
+const returned = `SELECT COUNT(*) FROM payments p WHERE p.status = 'SUCCEEDED' AND p.result IN ` + unreturnedResults + `
+   AND EXISTS (SELECT 1 FROM provider_calls c WHERE ` + autoRefundOf + ` AND c.settled = 'SUCCEEDED')`
 
 // checks: name and a query whose rows (one text column) are the findings.
 var checks = []struct{ name, query string }{
+	{"automatic refund failed", `
+SELECT CONCAT(c.provider, '/', CAST(c.payment_txn_id AS CHAR), ' on order ', c.order_no, ': automatic refund ', c.refund_no, ' of ',
+              c.amount, ' ', c.currency, CASE WHEN c.settled = 'FAILED' THEN ' failed at the provider' ELSE ' refused or never accepted' END)
+  FROM provider_calls c WHERE c.kind = 1 AND (c.status = 2 OR c.settled = 'FAILED')`},
 	{"order paid twice", `
 SELECT CONCAT(order_no, ' has ', COUNT(*), ' applied payments')
   FROM payments WHERE status = 'SUCCEEDED' AND result = 'applied'
@@ -157,6 +175,9 @@ func Run(ctx context.Context, gdb *gorm.DB) (Report, error) {
 			return err
 		}
 		rep.ToRefund = int64(len(rep.Unreturned))
+		if err := tx.Raw(returned).Row().Scan(&rep.Returned); err != nil {
+			return fmt.Errorf("count returned payments: %w", err)
+		}
 		for _, c := range checks {
 			found, err := query(tx, c.name, c.query)
 			if err != nil {

@@ -1,0 +1,285 @@
+// Package providercalls owns the calls paysvc makes to its providers
+// (CONTRACT §11): a call is a row of provider_calls written in the
+// transaction that decides it, and a relay (package outbox) attempts it
+// outside any transaction, at least once, on the schedule of
+// PAYSVC_NOTIFY_SCHEDULE. Every attempt of a row sends the row's
+// Idempotency-Key, and (provider, key) is unique, so however often a
+// refund is attempted — retries after a 5xx, a relay killed mid-call and
+// its lease taken over — the provider sees one key and moves money once.
+//
+// A provider's answer decides the row: accepted (pending or succeeded: the
+// refund callback settles our refund later) → done; refused for good (a
+// 4xx other than 409/429) → failed, and a merchant refund fails with it
+// (reservation released, refund.failed event) in one transaction; anything
+// else → retried, until the schedule runs out (failed, the refund stays
+// PENDING for a person to look at).
+package providercalls
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/outbox"
+	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/providers"
+)
+
+// Call kinds, stored as TINYINT.
+const (
+	KindMerchant = 0
+	KindAuto     = 1
+)
+
+// Call statuses, stored as TINYINT.
+const (
+	StatusPending = 0
+	StatusDone    = 1
+	StatusFailed  = 2
+)
+
+// Store decides calls; it implements payments.Calls.
+type Store struct {
+	reg *providers.Registry
+	now func() time.Time
+}
+
+// NewStore decides calls for the providers of reg that have an API.
+func NewStore(reg *providers.Registry, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{reg: reg, now: now}
+}
+
+// Calls implements payments.Calls.
+func (s *Store) Calls(provider string) bool {
+	_, ok := s.reg.Outbound(provider)
+	return ok
+}
+
+// DecideRefund implements payments.Calls: one INSERT, due now. A second
+// decision of the same key is absorbed by the unique key.
+func (s *Store) DecideRefund(ctx context.Context, tx *gorm.DB, c payments.RefundCall) error {
+	at := s.now().UTC().Truncate(time.Microsecond)
+	kind := KindMerchant
+	if c.Auto {
+		kind = KindAuto
+	}
+	_, err := db.Exec(ctx, tx, `INSERT INTO provider_calls
+		(id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, status, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		"pcl_"+ulid.Make().String(), c.Provider, c.Key, kind, c.RefundNo, c.OrderNo, c.PaymentTxnID, c.Amount, c.Currency,
+		StatusPending, at, at, at)
+	if db.IsDuplicate(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("decide refund %s at %s: %w", c.Key, c.Provider, err)
+	}
+	return nil
+}
+
+// LockAutoRefund implements payments.Calls.
+func (s *Store) LockAutoRefund(ctx context.Context, tx *gorm.DB, refundNo string) (payments.AutoRefund, bool, error) {
+	var (
+		r       payments.AutoRefund
+		settled sql.NullString
+		txn     []byte
+	)
+	err := db.QueryRow(ctx, tx, `SELECT id, provider, refund_no, order_no, payment_txn_id, amount, currency, settled, settled_txn_id
+		FROM provider_calls WHERE refund_no = ? AND kind = ? FOR UPDATE`, refundNo, KindAuto).
+		Scan(&r.ID, &r.Provider, &r.RefundNo, &r.OrderNo, &r.PaymentTxnID, &r.Amount, &r.Currency, &settled, &txn)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.AutoRefund{}, false, nil
+	}
+	if err != nil {
+		return payments.AutoRefund{}, false, fmt.Errorf("read automatic refund %s: %w", refundNo, err)
+	}
+	r.Settled, r.SettledTxnID = settled.String, string(txn)
+	return r, true, nil
+}
+
+// SettleAutoRefund implements payments.Calls.
+func (s *Store) SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, txnID string) error {
+	_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET settled = ?, settled_txn_id = ?, updated_at = ? WHERE id = ?`,
+		status, txnID, s.now().UTC().Truncate(time.Microsecond), id)
+	if err != nil {
+		return fmt.Errorf("settle automatic refund %s: %w", id, err)
+	}
+	return nil
+}
+
+// Call is a claimed row: the payload of an outbox.Job.
+type Call struct {
+	ID       string
+	Provider string
+	payments.RefundCall
+}
+
+// Queue is provider_calls as the relay's queue (outbox.Queue).
+type Queue struct{ db *gorm.DB }
+
+// NewQueue returns the queue over provider_calls of gdb.
+func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
+
+// Claim takes up to n due calls as events.Queue.Claim takes events: a
+// SELECT … FOR UPDATE SKIP LOCKED, an UPDATE writing the lease and token,
+// COMMIT — no transaction is open during a call.
+func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
+	var jobs []outbox.Job
+	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		jobs = jobs[:0]
+		rows, err := tx.Statement.ConnPool.QueryContext(ctx,
+			`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries
+			   FROM provider_calls WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
+			now.UTC(), n)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				c       Call
+				retries int
+				kind    int
+			)
+			if err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries); err != nil {
+				return err
+			}
+			c.RefundCall.Provider, c.Auto = c.Provider, kind == KindAuto
+			jobs = append(jobs, outbox.Job{ID: c.ID, Retries: retries, Payload: c})
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		args := []any{leaseEnd.UTC(), token[:]}
+		for _, j := range jobs {
+			args = append(args, j.ID)
+		}
+		_, err = db.Exec(ctx, tx, `UPDATE provider_calls SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
+			strings.Repeat(",?", len(jobs)-1)+`)`, args...)
+		return err
+	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("claim provider calls: %w", err)
+	}
+	return jobs, nil
+}
+
+// Finish records outcomes, each only where the token still holds the row.
+// A row a permanent refusal already failed (see Deliverer) stays failed.
+func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error) {
+	held := make([]bool, len(fs))
+	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		clear(held)
+		for i, f := range fs {
+			o := f.Outcome
+			status, next := any(StatusPending), any(o.RetryAt.UTC())
+			switch {
+			case o.Delivered:
+				status, next = StatusDone, nil
+			case o.Exhausted:
+				status, next = StatusFailed, nil
+			}
+			msg := ""
+			if o.Attempt.Err != nil {
+				msg = truncate(o.Attempt.Err.Error(), 255)
+			}
+			n, err := db.Exec(ctx, tx, `UPDATE provider_calls
+				SET status = CASE WHEN status = ? THEN ? ELSE status END, next_attempt_at = ?, claim = NULL, retries = ?,
+				    last_error = ?, updated_at = ?
+				WHERE id = ? AND claim = ?`,
+				StatusPending, status, next, o.Retries, msg, o.Attempt.At.UTC(), f.Job.ID, f.Token[:])
+			if err != nil {
+				return err
+			}
+			held[i] = n == 1
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d provider calls: %w", len(fs), err)
+	}
+	return held, nil
+}
+
+// Deliverer attempts claimed calls.
+type Deliverer struct {
+	reg      *providers.Registry
+	db       *gorm.DB
+	payments *payments.Service
+}
+
+// NewDeliverer calls through reg's adapters; a permanent refusal fails the
+// refund in gdb through svc.
+func NewDeliverer(reg *providers.Registry, gdb *gorm.DB, svc *payments.Service) *Deliverer {
+	return &Deliverer{reg: reg, db: gdb, payments: svc}
+}
+
+// Deliver is the relay's outbox.Deliverer.
+func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
+	c := j.Payload.(Call)
+	start := time.Now()
+	a := outbox.Attempt{At: start}
+	out, ok := d.reg.Outbound(c.Provider)
+	if !ok {
+		// The API was removed from the configuration while calls were
+		// due: keep them for when it is back.
+		a.Err = fmt.Errorf("provider %s has no API configured", c.Provider)
+		return a
+	}
+	_, err := out.Refund(ctx, providers.RefundRequest{Key: c.Key, PaymentTxnID: c.PaymentTxnID,
+		Amount: c.Amount, Currency: c.Currency, Reference: c.RefundNo})
+	a.Duration = time.Since(start)
+	switch {
+	case err == nil:
+		a.StatusCode = 200
+	case providers.IsPermanent(err):
+		// Decided: the provider will not refund this. The refund fails
+		// now; recording it as done ends the row's retries.
+		if ferr := d.fail(ctx, c); ferr != nil {
+			a.Err = fmt.Errorf("refused (%v); failing the refund: %w", err, ferr)
+			return a
+		}
+	default:
+		a.Err = err
+	}
+	return a
+}
+
+// fail marks the call failed and fails a merchant's refund with it, in
+// one transaction. An automatic refund has no refund row: its failed call
+// is what reconcile reports.
+func (d *Deliverer) fail(ctx context.Context, c Call) error {
+	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if !c.Auto {
+			if _, err := d.payments.FailRefund(ctx, tx, c.OrderNo, c.RefundNo); err != nil {
+				return err
+			}
+		}
+		_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET status = ? WHERE id = ?`, StatusFailed, c.ID)
+		return err
+	})
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
