@@ -13,6 +13,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/providers/stripe/stripemock"
 )
 
 // The stripe adapter through the real route, POST /v1/callbacks/stripe
@@ -131,6 +132,68 @@ func TestStripeCallbacks(t *testing.T) {
 	}
 	if st := cbRefundStatus(t, d, refundNo); st != "SUCCEEDED" {
 		t.Fatalf("refund %s is %s, want SUCCEEDED", refundNo, st)
+	}
+	cbReconcileClean(t, d)
+}
+
+// The whole flow with Stripe's API played by a real stripe-mock: paid by
+// webhook, a merchant refund decided and sent through stripe-go (the
+// proxy shows what stripe-mock accepted), settled by refund.updated; the
+// books reconcile.
+func TestStripeRefundFlowAgainstStripeMock(t *testing.T) {
+	t.Parallel()
+	mock := stripemock.Start(t)
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
+		c.WebhookSecrets["stripe"] = []string{stripeSecret}
+		c.Providers.APIs = map[string]config.ProviderAPI{"stripe": {URL: mock.URL, APIKey: "sk_test_51PaysvcE2EStripeMock"}}
+		c.Notify.Schedule = []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond}
+		c.Notify.Timeout = 10 * time.Second
+	})
+	runCalls(t, s.app, 1)
+	o := s.createOrder(t, "stripe-flow-1", 1999, "EUR")
+	const pi = "pi_3PgafyB7WZ01zgkWe2eFlow01"
+	now := time.Now()
+	paid := stripeEvent("evt_flow_paid", "payment_intent.succeeded", stripePaymentIntent(pi, o.OrderNo, 1999, "eur", "succeeded"))
+	if a := s.stripeDeliver(t, paid, stripeSecret, now); !a.is(http.StatusOK, "applied") {
+		t.Fatalf("payment_intent.succeeded: %v", a)
+	}
+
+	refundNo := s.refundNo(t, o.OrderNo, "stripe-flow-r1", 700)
+	eventually(t, "the refund call accepted by stripe-mock", func() bool {
+		return d.Count(t, "SELECT COUNT(*) FROM provider_calls WHERE refund_no = ? AND status = 1", refundNo) == 1
+	})
+	var refunds []stripemock.Request
+	for _, r := range mock.Requests() {
+		if r.Method == http.MethodPost && r.Path == "/v1/refunds" {
+			refunds = append(refunds, r)
+		}
+	}
+	if len(refunds) != 1 {
+		t.Fatalf("%d refund requests reached stripe-mock, want 1", len(refunds))
+	}
+	r := refunds[0]
+	for name, c := range map[string][2]string{
+		"status":              {fmt.Sprint(r.Status), "200"},
+		"Idempotency-Key":     {r.Header.Get("Idempotency-Key"), refundNo},
+		"payment_intent":      {r.Form.Get("payment_intent"), pi},
+		"amount":              {r.Form.Get("amount"), "700"},
+		"metadata[refund_no]": {r.Form.Get("metadata[refund_no]"), refundNo},
+		"metadata[order_no]":  {r.Form.Get("metadata[order_no]"), o.OrderNo},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("stripe-mock got %s = %q, want %q", name, c[0], c[1])
+		}
+	}
+
+	// Stripe reports the refund's outcome by webhook.
+	const re1 = "re_3PgafyB7WZ01zgkWe2eFlow01"
+	settled := stripeEvent("evt_flow_settled", "refund.updated", stripeRefund(re1, o.OrderNo, refundNo, 700, "eur", "succeeded"))
+	if a := s.stripeDeliver(t, settled, stripeSecret, now); !a.is(http.StatusOK, "applied") {
+		t.Fatalf("refund.updated succeeded: %v", a)
+	}
+	if got := s.getOrder(t, o.OrderNo); got.Status != "PARTIALLY_REFUNDED" || got.RefundedAmount != 700 || got.PendingRefundAmount != 0 {
+		t.Fatalf("order %v, want PARTIALLY_REFUNDED with 700 refunded", got)
 	}
 	cbReconcileClean(t, d)
 }
