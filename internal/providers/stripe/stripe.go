@@ -14,8 +14,9 @@
 //	                                  (status succeeded / failed)
 //	anything else                   → unhandled (200, nothing written)
 //
-// order_no is metadata.order_no of the PaymentIntent or Refund (paysvc sets
-// both: the checkout that creates the PaymentIntent, and Refund below);
+// order_no is metadata.order_no of the PaymentIntent or Refund (the
+// merchant's checkout sets it when it creates the PaymentIntent; Refund
+// below sets it on paysvc's refunds);
 // refund_no is the Refund's metadata.refund_no. txn_id is the Stripe
 // object's id (pi_…, re_…), never the event's id (evt_…): Stripe sends one
 // change as several events (refund.created and refund.updated) and
