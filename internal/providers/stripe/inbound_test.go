@@ -187,3 +187,30 @@ func TestNewVerifierRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The adapter through the seam: a registry built with the stripe kind
+// verifies and maps a Stripe delivery, and refuses a Standard Webhooks one.
+func TestRegistryStripeKind(t *testing.T) {
+	t.Parallel()
+	reg, err := providers.Build(providers.Config{
+		Secrets:   map[string][]string{Name: {testSecret}},
+		Tolerance: 5 * time.Minute,
+		Kinds:     map[string]providers.Kind{Name: Kind},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok := reg.Inbound(Name)
+	if !ok {
+		t.Fatal("no inbound adapter for stripe")
+	}
+	body := fixture(t, "payment_intent.succeeded.json")
+	p, err := in.Parse(signed(body, testSecret, time.Now()), body)
+	if err != nil || p.Event.Type != payments.PaymentSucceeded || p.Event.TxnID != "pi_3PgafyB7WZ01zgkW0Tf4d6kA" {
+		t.Fatalf("Parse = %+v, %v", p, err)
+	}
+	sw := http.Header{"Webhook-Id": {"msg_1"}, "Webhook-Timestamp": {"1"}, "Webhook-Signature": {"v1,AAAA"}}
+	if _, err := in.Parse(sw, body); !errors.Is(err, providers.ErrInvalidSignature) {
+		t.Fatalf("Standard Webhooks headers: %v, want ErrInvalidSignature", err)
+	}
+}
