@@ -63,6 +63,7 @@ func (m *Mock) Requests() []Request {
 func Start(t testing.TB) *Mock {
 	t.Helper()
 	bin := ensure(t)
+	started := time.Now()
 	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -94,6 +95,8 @@ func Start(t testing.TB) *Mock {
 			t.Fatalf("stripemock: stripe-mock exited before listening")
 		}
 		target = "http://" + a
+		// Logged, never asserted: loading Stripe's spec is most of it.
+		t.Logf("stripemock: stripe-mock listening on %s after %s", a, time.Since(started).Round(time.Millisecond))
 	case <-time.After(60 * time.Second):
 		// Loading Stripe's spec takes 2-4 s here; a minute is a hang.
 		t.Fatalf("stripemock: stripe-mock did not listen within 60 s")
