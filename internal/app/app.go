@@ -131,7 +131,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		_ = db.Close(relayPool)
 		return nil, err
 	}
-	ordersSvc, paymentsSvc := orders.NewService(now, nil), payments.NewService(now, opts.RefundNo, log)
+	ordersSvc, paymentsSvc := orders.NewService(now, nil).WithTTL(cfg.Providers.OrderTTL), payments.NewService(now, opts.RefundNo, log)
 	if !opts.NoEvents {
 		ordersSvc.WithOutbox(notify.recorder)
 		paymentsSvc.WithOutbox(notify.recorder)

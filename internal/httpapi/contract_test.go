@@ -253,7 +253,7 @@ func ctProblem(t testing.TB, r ctResp, status int, code string) string {
 var (
 	ctOrderNoRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 	ctOrderFields = []string{"order_no", "merchant_order_no", "status", "amount", "currency",
-		"refunded_amount", "pending_refund_amount", "description", "created_at", "paid_at", "version"}
+		"refunded_amount", "pending_refund_amount", "description", "created_at", "paid_at", "version", "expires_at"}
 )
 
 type ctOrderJSON struct {
@@ -268,6 +268,7 @@ type ctOrderJSON struct {
 	CreatedAt           string  `json:"created_at"`
 	PaidAt              *string `json:"paid_at"`
 	Version             int64   `json:"version"`
+	ExpiresAt           *string `json:"expires_at"`
 }
 
 // ctOrder checks an order answer: status, Content-Type, every field present
@@ -398,7 +399,10 @@ func TestContractCreateOrder(t *testing.T) {
 			r, o := e.mustCreate(t, fmt.Sprintf("create-%d", i), []byte(tc.body))
 			ctFresh(t, o)
 			got := o
-			got.OrderNo, got.CreatedAt, got.Status, got.Version = "", "", "", 0
+			if o.ExpiresAt == nil || *o.ExpiresAt <= o.CreatedAt {
+				t.Errorf("expires_at %v, want after created_at %s (PAYSVC_ORDER_TTL defaults to 2h)", o.ExpiresAt, o.CreatedAt)
+			}
+			got.OrderNo, got.CreatedAt, got.Status, got.Version, got.ExpiresAt = "", "", "", 0, nil
 			if got != tc.want {
 				t.Errorf("order %+v, want %+v", got, tc.want)
 			}

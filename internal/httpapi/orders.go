@@ -26,6 +26,7 @@ type orderJSON struct {
 	CreatedAt           string  `json:"created_at"`
 	PaidAt              *string `json:"paid_at"`
 	Version             int64   `json:"version"`
+	ExpiresAt           *string `json:"expires_at"`
 }
 
 // timeFormat is RFC 3339 in UTC with fixed microseconds, the precision the
@@ -50,6 +51,10 @@ func orderView(o orders.Order) orderJSON {
 	if o.PaidAt != nil {
 		s := formatTime(*o.PaidAt)
 		v.PaidAt = &s
+	}
+	if o.ExpiresAt != nil {
+		s := formatTime(*o.ExpiresAt)
+		v.ExpiresAt = &s
 	}
 	return v
 }

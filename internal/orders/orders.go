@@ -61,6 +61,9 @@ type Order struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	PaidAt              *time.Time
+	// ExpiresAt is when a CREATED order expires (CONTRACT §12); nil when
+	// PAYSVC_ORDER_TTL was 0 at its creation.
+	ExpiresAt *time.Time
 }
 
 // Refundable is what may still be reserved by new refunds.

@@ -29,7 +29,8 @@ type CreateInput struct {
 type Service struct {
 	now     func() time.Time
 	orderNo func() string
-	outbox  Outbox // nil: no events
+	outbox  Outbox        // nil: no events
+	ttl     time.Duration // PAYSVC_ORDER_TTL; 0: orders never expire
 }
 
 // NewService returns a Service; nil arguments take time.Now and NewOrderNo.
@@ -60,10 +61,44 @@ func (s *Service) Create(ctx context.Context, tx *gorm.DB, merchantID string, in
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
+	if s.ttl > 0 {
+		exp := now.Add(s.ttl)
+		o.ExpiresAt = &exp
+	}
 	if err := Insert(ctx, tx, o); err != nil {
 		return Order{}, err
 	}
 	return o, nil
+}
+
+// WithTTL makes new orders expire ttl after creation (PAYSVC_ORDER_TTL;
+// 0: never). It returns s, for wiring.
+func (s *Service) WithTTL(ttl time.Duration) *Service {
+	s.ttl = ttl
+	return s
+}
+
+// Expire closes an overdue CREATED order (CONTRACT §12) by the same
+// conditional UPDATE as a cancel, with order.closed (reason expired);
+// false when it is no longer CREATED (a payment or a cancel came first).
+func (s *Service) Expire(ctx context.Context, tx *gorm.DB, orderNo string) (bool, error) {
+	t := Transition{OrderNo: orderNo, From: Created, To: Closed, At: s.now().UTC()}
+	if err := t.Apply(ctx, tx); err != nil {
+		if errors.Is(err, ErrIllegalTransition) {
+			return false, nil
+		}
+		return false, err
+	}
+	if s.outbox != nil {
+		o, err := GetByOrderNo(ctx, tx, orderNo)
+		if err != nil {
+			return false, err
+		}
+		if err := s.outbox.OrderClosed(ctx, tx, o, "expired"); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // Cancel closes a CREATED order. 2 statements: the conditional UPDATE, then

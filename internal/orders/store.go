@@ -19,7 +19,7 @@ import (
 // which would spread a []byte argument into a list (see db.Exec).
 
 const selectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
-       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
+       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at
   FROM orders`
 
 // Insert stores a new order; ErrExists if the merchant already used its
@@ -30,10 +30,10 @@ func Insert(ctx context.Context, tx *gorm.DB, o Order) error {
 	// they came, never converted through the connection's character set.
 	_, err := db.Exec(ctx, tx,
 		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
-		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo), o.Status, o.Amount, o.Currency,
-		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt)
+		o.RefundedAmount, o.PendingRefundAmount, o.Description, o.Version, o.CreatedAt, o.UpdatedAt, o.PaidAt, o.ExpiresAt)
 	if db.IsDuplicate(err) {
 		return fmt.Errorf("merchant_order_no %s: %w by another request", validate.Quote(o.MerchantOrderNo), ErrExists)
 	}
@@ -73,9 +73,10 @@ func scan(row *sql.Row) (Order, error) {
 		o      Order
 		mon    []byte
 		paidAt sql.NullTime
+		expAt  sql.NullTime
 	)
 	err := row.Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status, &o.Amount, &o.Currency,
-		&o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt)
+		&o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt, &expAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Order{}, ErrNotFound
 	}
@@ -86,6 +87,10 @@ func scan(row *sql.Row) (Order, error) {
 	if paidAt.Valid {
 		t := paidAt.Time.UTC()
 		o.PaidAt = &t
+	}
+	if expAt.Valid {
+		t := expAt.Time.UTC()
+		o.ExpiresAt = &t
 	}
 	o.CreatedAt = o.CreatedAt.UTC()
 	o.UpdatedAt = o.UpdatedAt.UTC()
