@@ -113,14 +113,23 @@ func (o *Outbound) PaymentsByOrder(ctx context.Context, orderNo string) ([]provi
 		if pi.Metadata[metaOrderNo] != orderNo {
 			continue
 		}
-		pay := providers.Payment{TxnID: pi.ID, OrderNo: orderNo, Status: paymentStatus(pi),
-			Amount: pi.Amount, Currency: strings.ToUpper(string(pi.Currency))}
-		if pay.Status == providers.PaymentSucceeded {
-			pay.Amount = pi.AmountReceived
-		}
-		out = append(out, pay)
+		out = append(out, paymentOf(pi))
 	}
 	return out, nil
+}
+
+// paymentOf is a PaymentIntent as §11 reports it. A succeeded one must be
+// the same business event as its payment_intent.succeeded webhook (Parse):
+// the sweep applies it under the key and fingerprint the webhook will
+// have, so the webhook replays instead of answering 422. Hence the same
+// fields: the PaymentIntent id, amount_received, the upper-cased currency.
+func paymentOf(pi *stripego.PaymentIntent) providers.Payment {
+	pay := providers.Payment{TxnID: pi.ID, OrderNo: pi.Metadata[metaOrderNo], Status: paymentStatus(pi),
+		Amount: pi.Amount, Currency: strings.ToUpper(string(pi.Currency))}
+	if pay.Status == providers.PaymentSucceeded {
+		pay.Amount = pi.AmountReceived
+	}
+	return pay
 }
 
 // paymentStatus maps a PaymentIntent's state to §11's three. A failed

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -237,5 +238,35 @@ func TestNewOutboundRefuses(t *testing.T) {
 		if _, err := NewOutbound(c); err == nil {
 			t.Errorf("NewOutbound(%q) accepted", c.URL)
 		}
+	}
+}
+
+// A succeeded PaymentIntent found by the status query and its webhook are
+// one business event: same key fields and same fingerprint input, so the
+// callback that arrives after the sweep applied the payment replays.
+func TestSweptPaymentIsTheWebhooksEvent(t *testing.T) {
+	t.Parallel()
+	body := fixture(t, "payment_intent.succeeded.json")
+	ev, data, err := Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var envelope struct {
+		Data struct {
+			Object stripego.PaymentIntent `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &envelope); err != nil {
+		t.Fatal(err)
+	}
+	p := paymentOf(&envelope.Data.Object)
+	if p.Status != providers.PaymentSucceeded || p.TxnID != ev.TxnID || p.OrderNo != ev.OrderNo ||
+		p.Amount != ev.Amount || p.Currency != ev.Currency {
+		t.Fatalf("swept %+v, webhook %+v", p, ev)
+	}
+	// The fingerprint input a sweep would build from p.
+	swept := fmt.Sprintf(`{"amount":%d,"currency":%q,"order_no":%q,"txn_id":%q}`, p.Amount, p.Currency, p.OrderNo, p.TxnID)
+	if swept != string(data) {
+		t.Fatalf("fingerprint input: swept %s, webhook %s", swept, data)
 	}
 }
