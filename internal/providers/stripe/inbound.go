@@ -112,15 +112,16 @@ func (v *Verifier) Verify(header http.Header, body []byte) error {
 	return fmt.Errorf("%w: %w", webhooks.ErrInvalidSignature, err)
 }
 
-// signedAt reads t= of a Stripe-Signature header.
-func signedAt(header string) (time.Time, bool) {
+// signedAt reads t= of a Stripe-Signature header: the last one, as
+// stripe-go does, so that both checks judge the timestamp it verifies.
+func signedAt(header string) (t time.Time, ok bool) {
 	for pair := range strings.SplitSeq(header, ",") {
-		if v, ok := strings.CutPrefix(pair, "t="); ok {
+		if v, found := strings.CutPrefix(pair, "t="); found {
 			sec, err := strconv.ParseInt(v, 10, 64)
-			return time.Unix(sec, 0), err == nil
+			t, ok = time.Unix(sec, 0), err == nil
 		}
 	}
-	return time.Time{}, false
+	return t, ok
 }
 
 // Stripe's event types that paysvc maps.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -158,6 +159,8 @@ func TestVerify(t *testing.T) {
 		{"wrong secret", signed(body, "whsec_notTheEndpointsSecretAtAll00", now), body, false},
 		{"ten minutes old", signed(body, testSecret, now.Add(-10*time.Minute)), body, false},
 		{"ten minutes ahead", signed(body, testSecret, now.Add(10*time.Minute)), body, false},
+		{"ten minutes ahead behind an earlier t=", http.Header{SignatureHeader: {"t=" + strconv.FormatInt(now.Unix(), 10) + "," +
+			signed(body, testSecret, now.Add(10*time.Minute)).Get(SignatureHeader)}}, body, false},
 		{"no header", http.Header{}, body, false},
 		{"empty header", http.Header{SignatureHeader: {""}}, body, false},
 		{"garbage header", http.Header{SignatureHeader: {"t=x,v1=zz"}}, body, false},
