@@ -242,7 +242,7 @@ func TestExamplesMatchRealAnswers(t *testing.T) {
 	down.do(t, "GET", "/readyz", "")
 	down.merchant(t, "GET", "/v1/orders/"+downOrder, "", "")
 	down.merchant(t, "POST", "/v1/orders", "ex-d1", `{"merchant_order_no":"E-D1","amount":1,"currency":"EUR"}`)
-	down.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", downOrder, "pi_ex_d", 100, "EUR"))
+	down.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", downOrder, "pi_ex_d", 100, "EUR"))
 	obs.seen = append(obs.seen, downObs.seen...)
 
 	for _, site := range exampleSites(doc) {
@@ -361,19 +361,19 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 
 	// Callbacks: the request examples, on this test's order.
 	paid := strings.ReplaceAll(reqExample("receiveCallback", "payment_succeeded"), "ord_01M8N9MZPS2DGGHZWQ3MSZSZF3", order)
-	expect("callback (request example payment_succeeded)", e.callback(t, providerStripe, testSecret, "", paid), 200)
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", order, "pi_ex_2", 1999, "EUR"))
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.failed", order, "pi_ex_3", 1999, "EUR"))
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", order, "pi_ex_4", 1999, "USD"))
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", closing, "pi_ex_5", 700, "EUR"))
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", "ord_01M8N9FXZM7F3X82Y0E82GWKXX", "pi_ex_6", 1, "EUR"))
+	expect("callback (request example payment_succeeded)", e.callback(t, providerAcme, testSecret, "", paid), 200)
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", order, "pi_ex_2", 1999, "EUR"))
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.failed", order, "pi_ex_3", 1999, "EUR"))
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", order, "pi_ex_4", 1999, "USD"))
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", closing, "pi_ex_5", 700, "EUR"))
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", "ord_01M8N9FXZM7F3X82Y0E82GWKXX", "pi_ex_6", 1, "EUR"))
 	e.callback(t, "paypull", testSecret, "", paymentEvent("payment.succeeded", order, "pi_ex_7", 1999, "EUR"))
-	e.callback(t, providerStripe, testSecretB, "", paymentEvent("payment.succeeded", order, "pi_ex_8", 1999, "EUR"))
-	e.callback(t, providerStripe, testSecret, "", `{"type":"payment.succeeded","data":{"order_no":"`+order+`","amount":1,"currency":"EUR"}}`)
-	e.callback(t, providerStripe, testSecret, "", refundEvent("refund.succeeded", order, "rfd_01M8N9ZZZZZZZZZZZZZZZZZZZZ", "re_ex_0", 100))
-	e.callback(t, providerStripe, testSecret, "", paymentEvent("payment.succeeded", order, "pi_3QhL8vKZ2yQp0x1A", 1998, "EUR"))
-	e.callback(t, providerStripe, testSecret, "", `{"type":"charge.dispute.created","data":{"id":"dp_ex_1"}}`)
-	e.callbackInFlight(t, providerStripe, testSecret, paymentEvent("payment.succeeded", order, "pi_ex_9", 1999, "EUR"))
+	e.callback(t, providerAcme, testSecretB, "", paymentEvent("payment.succeeded", order, "pi_ex_8", 1999, "EUR"))
+	e.callback(t, providerAcme, testSecret, "", `{"type":"payment.succeeded","data":{"order_no":"`+order+`","amount":1,"currency":"EUR"}}`)
+	e.callback(t, providerAcme, testSecret, "", refundEvent("refund.succeeded", order, "rfd_01M8N9ZZZZZZZZZZZZZZZZZZZZ", "re_ex_0", 100))
+	e.callback(t, providerAcme, testSecret, "", paymentEvent("payment.succeeded", order, "pi_3QhL8vKZ2yQp0x1A", 1998, "EUR"))
+	e.callback(t, providerAcme, testSecret, "", `{"type":"charge.dispute.created","data":{"id":"dp_ex_1"}}`)
+	e.callbackInFlight(t, providerAcme, testSecret, paymentEvent("payment.succeeded", order, "pi_ex_9", 1999, "EUR"))
 
 	// Refunds: the request example itself.
 	refund := e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r1", reqExample("createRefund", "partial"))
@@ -386,7 +386,7 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	e.merchant(t, "POST", "/v1/orders/"+order+"/refunds", "ex-r4", `{"merchant_refund_no":"E-R4","reason":"x"}`)
 	settled := strings.NewReplacer("ord_01M8N9MZPS2DGGHZWQ3MSZSZF3", order, "rfd_01M8N9TNTTE3DS33AENF7VF22B", refund.field("refund_no")).
 		Replace(reqExample("receiveCallback", "refund_succeeded"))
-	expect("callback (request example refund_succeeded)", e.callback(t, providerStripe, testSecret, "", settled), 200)
+	expect("callback (request example refund_succeeded)", e.callback(t, providerAcme, testSecret, "", settled), 200)
 	e.merchant(t, "GET", "/v1/orders/"+order, "", "")
 
 	produceEventSituations(t, e)

@@ -29,6 +29,7 @@ import (
 	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/providers"
 	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
+	stripeadapter "github.com/paysvc/paysvc/internal/providers/stripe"
 )
 
 // App is an assembled service.
@@ -237,7 +238,9 @@ func providerAPIs(cfg map[string]config.ProviderAPI) map[string]providers.API {
 }
 
 // providerKinds maps provider names to adapters other than the default.
-var providerKinds = map[string]providers.Kind{}
+var providerKinds = map[string]providers.Kind{
+	stripeadapter.Name: stripeadapter.Kind,
+}
 
 // Purge runs one retention pass and counts what it removed: expired
 // idempotency records, then events past PAYSVC_EVENT_TTL with their

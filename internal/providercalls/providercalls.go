@@ -240,7 +240,7 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 		return a
 	}
 	_, err := out.Refund(ctx, providers.RefundRequest{Key: c.Key, PaymentTxnID: c.PaymentTxnID,
-		Amount: c.Amount, Currency: c.Currency, Reference: c.RefundNo})
+		Amount: c.Amount, Currency: c.Currency, Reference: c.RefundNo, OrderNo: c.OrderNo})
 	a.Duration = time.Since(start)
 	switch {
 	case err == nil:

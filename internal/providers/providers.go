@@ -118,6 +118,11 @@ type RefundRequest struct {
 	// Reference is our refund_no: the provider's refund callback carries
 	// it back as data.refund_no.
 	Reference string
+	// OrderNo is the order the refunded payment paid. A provider whose
+	// refund objects do not carry the payment's order (Stripe's Refund has
+	// the PaymentIntent id, not its metadata) stores it on the refund, so
+	// that its refund callback can name the order, as §5 requires.
+	OrderNo string
 }
 
 // RefundStatus is what the provider says of a refund it accepted.
