@@ -59,7 +59,7 @@ func rawOrderFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, r
 		}
 		if _, err := tx.ExecContext(ctx, sqlInsertOrder, o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo),
 			string(o.Status), o.Amount, o.Currency, o.RefundedAmount, o.PendingRefundAmount, o.Description,
-			o.Version, o.CreatedAt, o.UpdatedAt, nil); err != nil {
+			o.Version, o.CreatedAt, o.UpdatedAt, nil, at.Add(2*time.Hour)); err != nil { // PAYSVC_ORDER_TTL's default
 			return fmt.Errorf("order: %w", err)
 		}
 		format, blob, err := codec.Encode(idempotency.Response{Status: 201, ContentType: "application/json",

@@ -36,8 +36,8 @@ const sqlOrderPaid = `UPDATE orders SET status = ?, version = version + 1, updat
 
 // From internal/orders/store.go, Insert.
 const sqlInsertOrder = `INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
-		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Record states, as internal/idempotency stores them.
 const (

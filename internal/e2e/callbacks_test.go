@@ -1185,6 +1185,16 @@ func TestReconcileFindsCorruption(t *testing.T) {
 			insertPayment(t, "txn-rec-forged", f.order.OrderNo, f.order.Amount)
 			return nil
 		}},
+		{check: "automatic refund failed", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			// An extra payment's automatic refund (CONTRACT §11) that the
+			// provider refused for good: the customer's money is still
+			// taken, and nothing will return it by itself.
+			exec(t, `INSERT INTO provider_calls (id, provider, idem_key, refund_no, order_no, kind, payment_txn_id,
+			                                     amount, currency, status, created_at, updated_at)
+			         VALUES ('pc_rec_refused', ?, 'auto:mockpay:txn-rec-extra', 'rfd_rec_auto', ?, 1, 'txn-rec-extra',
+			                 ?, 'EUR', 2, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, cbProvider, f.order.OrderNo, f.order.Amount)
+			return nil
+		}},
 		{check: "paid order without its payment", state: paid, corrupt: func(t *testing.T, f fixture) []string {
 			// The payment was in another currency: it did not pay this order.
 			exec(t, `UPDATE payments SET currency = 'USD' WHERE order_no = ?`, f.order.OrderNo)

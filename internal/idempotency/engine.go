@@ -351,7 +351,7 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 	case err != nil:
 		// The INSERT may have committed before the connection failed; we
 		// ran nothing, so free the key now rather than after the lease.
-		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
+		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
 		return Result{}, answered, err
 	case claim == claimWon:
 		res, st, err := e.executed(e.execute(ctx, conn, req, id, o, OutcomeFirst, fn))
@@ -424,7 +424,7 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	o := newOwner()
 	won, err := takeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil {
-		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
+		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
 		return Result{}, answered, err
 	}
 	if !won {
@@ -454,7 +454,7 @@ func (e *Engine) executed(res Result, err error) (Result, roundState, error) {
 func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, req, id, o) })
+			e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
 			panic(p)
 		}
 	}()
@@ -502,7 +502,18 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 				}
 			}
 		}
-		return e.failed(ctx, req, id, o, resp, outcome, attempt, err)
+		// A business refusal that is not stored (retry_later) or a
+		// conflict left the connection healthy, its transaction rolled
+		// back: the claim is freed on it, without queueing for the reserve
+		// pool behind other failures (under a burst of them, a release that
+		// waited there outlived its budget, and the key answered in flight,
+		// or 422 to the same event with other data, until its lease ran
+		// out). A connection the deadline or a fault closed is not used.
+		var own *gorm.DB
+		if resp.Status == 0 && txCtx.Err() == nil && (db.IsRetryable(err) || !db.IsUnavailable(err)) {
+			own = conn
+		}
+		return e.failed(ctx, own, req, id, o, resp, outcome, attempt, err)
 	}
 }
 
@@ -565,7 +576,7 @@ func discard(conn *gorm.DB) {
 
 // failed settles a request whose transaction did not commit, or whose
 // COMMIT's answer was lost, and returns what the client gets.
-func (e *Engine) failed(ctx context.Context, req Request, id keyHash, o owner, resp Response, outcome Outcome, attempt int, err error) (res Result, _ error) {
+func (e *Engine) failed(ctx context.Context, own *gorm.DB, req Request, id keyHash, o owner, resp Response, outcome Outcome, attempt int, err error) (res Result, _ error) {
 	settled := false
 	e.cleanup(ctx, func(ctx context.Context) {
 		if resp.Status != 0 {
@@ -575,7 +586,7 @@ func (e *Engine) failed(ctx context.Context, req Request, id keyHash, o owner, r
 				return
 			}
 		}
-		if deleted, rerr := e.release(ctx, req, id, o); rerr == nil && !deleted {
+		if deleted, rerr := e.release(ctx, own, req, id, o); rerr == nil && !deleted {
 			// Nothing of ours was left to free: another request took the
 			// lease over, or our COMMIT went through after all.
 			res, settled = e.committedAnyway(ctx, req, id, resp, outcome)
@@ -613,14 +624,21 @@ func (e *Engine) cleanup(ctx context.Context, fn func(ctx context.Context)) {
 	fn(ctx)
 }
 
-// release frees the claim on the reserve pool, trying again after a
+// release frees the claim on own, the request's connection if it is still
+// usable (nil if not), or else on the reserve pool, trying again after a
 // conflict while the cleanup budget lasts. It reports whether a claim of
 // ours was there to delete.
-func (e *Engine) release(ctx context.Context, req Request, id keyHash, o owner) (bool, error) {
+func (e *Engine) release(ctx context.Context, own *gorm.DB, req Request, id keyHash, o owner) (bool, error) {
 	backoff := firstBackoff
 	free := release
 	if req.Token {
 		free = unclaimToken
+	}
+	if own != nil {
+		if deleted, err := free(ctx, own, req, id, o); err == nil {
+			return deleted, nil
+		}
+		// The connection failed after all: the reserve pool takes over.
 	}
 	for {
 		deleted, err := free(ctx, e.reserve, req, id, o)
