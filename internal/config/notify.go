@@ -60,7 +60,45 @@ func (l *loader) notify(dst *Notify) {
 // comma-separated. Entries are named by position only, and neither the URL
 // (it may carry credentials) nor a secret ever reaches a message.
 func (l *loader) notifyEndpoints(dst map[string]Endpoint) {
-	v, ok := l.get(envNotifyEndpoints)
+	l.urlEntries(envNotifyEndpoints, urlList{
+		name: "merchant", nameRule: "merchant id must be 1-64 characters of A-Z a-z 0-9 _ -",
+		validName: func(s string) bool { return validName(s, 64, true) },
+		one:       "one endpoint per merchant", credential: "secret", want: "merchant_id=URL whsec_...[ whsec_...]",
+	}, func(e urlEntry) bool {
+		for j, s := range e.credentials {
+			if _, problem := secretProblem(s); problem != "" {
+				l.fail(envNotifyEndpoints, "entry %d, secret %d: %s", e.n, j+1, problem)
+				return false
+			}
+		}
+		dst[e.name] = Endpoint{URL: e.url, Secrets: e.credentials}
+		return true
+	})
+}
+
+// urlList describes a "name=URL credential..." list for its messages.
+type urlList struct {
+	name, nameRule string // what the name is ("merchant"), and its rule for the message
+	validName      func(string) bool
+	one            string // why a name may appear once ("one endpoint per merchant")
+	credential     string // what follows the URL ("secret", "api key")
+	want           string // the entry's form, for messages
+}
+
+// urlEntry is one entry of a urlList, named in messages by its position n.
+type urlEntry struct {
+	n           int
+	name, url   string
+	credentials []string // one at least
+}
+
+// urlEntries reads env as comma-separated "name=URL credential[ ...]"
+// entries (PAYSVC_NOTIFY_ENDPOINTS, PAYSVC_PROVIDER_API) and passes each
+// well-formed one to add, which checks its credentials, stores it, and
+// reports whether to go on. Messages name entries by position only: the
+// URL may carry credentials, and the credentials are secrets.
+func (l *loader) urlEntries(env string, list urlList, add func(urlEntry) bool) {
+	v, ok := l.get(env)
 	if !ok {
 		return
 	}
@@ -68,36 +106,29 @@ func (l *loader) notifyEndpoints(dst map[string]Endpoint) {
 	for i, entry := range strings.Split(v, ",") {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
-		merchant, rest, found := strings.Cut(entry, "=")
-		merchant = strings.TrimSpace(merchant)
+		name, rest, found := strings.Cut(entry, "=")
+		name = strings.TrimSpace(name)
 		fields := strings.Fields(rest)
 		switch {
 		case entry == "":
-			l.fail(envNotifyEndpoints, "entry %d is empty (a stray comma?)", n)
-		case !found || strings.HasPrefix(merchant, "whsec_") || strings.Contains(merchant, "://"):
-			l.fail(envNotifyEndpoints, "entry %d has no merchant (want merchant_id=URL whsec_...)", n)
-		case !validName(merchant, 64, true):
-			l.fail(envNotifyEndpoints, "entry %d: merchant id must be 1-64 characters of A-Z a-z 0-9 _ -", n)
-		case entryOf[merchant] != 0:
-			l.fail(envNotifyEndpoints, "entry %d names the merchant of entry %d (one endpoint per merchant)", n, entryOf[merchant])
+			l.fail(env, "entry %d is empty (a stray comma?)", n)
+		case !found || strings.HasPrefix(name, "whsec_") || strings.Contains(name, "://"):
+			l.fail(env, "entry %d has no %s (want %s)", n, list.name, list.want)
+		case !list.validName(name):
+			l.fail(env, "entry %d: %s", n, list.nameRule)
+		case entryOf[name] != 0:
+			l.fail(env, "entry %d names the %s of entry %d (%s)", n, list.name, entryOf[name], list.one)
 		case len(fields) == 0:
-			l.fail(envNotifyEndpoints, "entry %d has no URL", n)
+			l.fail(env, "entry %d has no URL", n)
 		case !validEndpointURL(fields[0]):
-			l.fail(envNotifyEndpoints, "entry %d: the URL must be an absolute http or https URL with a host", n)
+			l.fail(env, "entry %d: the URL must be an absolute http or https URL with a host", n)
 		case len(fields) == 1:
-			l.fail(envNotifyEndpoints, "entry %d has no secret (want merchant_id=URL whsec_...[ whsec_...])", n)
+			l.fail(env, "entry %d has no %s (want %s)", n, list.credential, list.want)
 		}
-		if l.err != nil {
+		if l.err != nil || !add(urlEntry{n: n, name: name, url: fields[0], credentials: fields[1:]}) {
 			return
 		}
-		for j, s := range fields[1:] {
-			if _, problem := secretProblem(s); problem != "" {
-				l.fail(envNotifyEndpoints, "entry %d, secret %d: %s", n, j+1, problem)
-				return
-			}
-		}
-		entryOf[merchant] = n
-		dst[merchant] = Endpoint{URL: fields[0], Secrets: fields[1:]}
+		entryOf[name] = n
 	}
 }
 

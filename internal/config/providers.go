@@ -1,9 +1,6 @@
 package config
 
-import (
-	"strings"
-	"time"
-)
+import "time"
 
 // Calls to providers and order expiry (CONTRACT §11, §12).
 const (
@@ -40,43 +37,22 @@ func (l *loader) providers(dst *Providers) {
 // Entries are named by position and provider only: neither the URL (it may
 // carry credentials) nor the key ever reaches a message.
 func (l *loader) providerAPIs(dst map[string]ProviderAPI) {
-	v, ok := l.get(envProviderAPI)
-	if !ok {
-		return
-	}
-	entryOf := map[string]int{}
-	for i, entry := range strings.Split(v, ",") {
-		n := i + 1
-		entry = strings.TrimSpace(entry)
-		provider, rest, found := strings.Cut(entry, "=")
-		provider = strings.TrimSpace(provider)
-		fields := strings.Fields(rest)
+	l.urlEntries(envProviderAPI, urlList{
+		name: "provider", nameRule: "provider must be 1-32 characters of a-z 0-9 _ -",
+		validName: func(s string) bool { return validName(s, 32, false) },
+		one:       "one API per provider", credential: "api key", want: "provider=URL api_key",
+	}, func(e urlEntry) bool {
 		switch {
-		case entry == "":
-			l.fail(envProviderAPI, "entry %d is empty (a stray comma?)", n)
-		case !found || strings.Contains(provider, "://"):
-			l.fail(envProviderAPI, "entry %d has no provider (want provider=URL api_key)", n)
-		case !validName(provider, 32, false):
-			l.fail(envProviderAPI, "entry %d: provider must be 1-32 characters of a-z 0-9 _ -", n)
-		case entryOf[provider] != 0:
-			l.fail(envProviderAPI, "entry %d names the provider of entry %d (one API per provider)", n, entryOf[provider])
-		case len(fields) == 0:
-			l.fail(envProviderAPI, "entry %d has no URL", n)
-		case !validEndpointURL(fields[0]):
-			l.fail(envProviderAPI, "entry %d: the URL must be an absolute http or https URL with a host", n)
-		case len(fields) == 1:
-			l.fail(envProviderAPI, "entry %d has no api key (want provider=URL api_key)", n)
-		case len(fields) > 2:
-			l.fail(envProviderAPI, "entry %d has more than a URL and one api key", n)
-		case !validAPIKey(fields[1]):
-			l.fail(envProviderAPI, "entry %d: the api key must be printable characters without spaces or commas", n)
+		case len(e.credentials) > 1:
+			l.fail(envProviderAPI, "entry %d has more than a URL and one api key", e.n)
+		case !validAPIKey(e.credentials[0]):
+			l.fail(envProviderAPI, "entry %d: the api key must be printable characters without spaces or commas", e.n)
+		default:
+			dst[e.name] = ProviderAPI{URL: e.url, APIKey: e.credentials[0]}
+			return true
 		}
-		if l.err != nil {
-			return
-		}
-		entryOf[provider] = n
-		dst[provider] = ProviderAPI{URL: fields[0], APIKey: fields[1]}
-	}
+		return false
+	})
 }
 
 // providersLog is what may be logged: URLs masked, keys left out.
