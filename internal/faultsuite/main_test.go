@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/testproc"
 )
 
 // paysvcBin is the binary TestMain built.
@@ -72,7 +74,7 @@ func buildPaysvc(dir string) (string, error) {
 	}
 	bin := filepath.Join(dir, "paysvc")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if testproc.RaceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/paysvc")...)
@@ -125,7 +127,7 @@ func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
 	cmd.Stdout = out.writer("stdout")
 	cmd.Stderr = out.writer("stderr")
 	p := &serveProc{name: name, cmd: cmd, out: out, exited: make(chan struct{})}
-	if err := startChild(cmd); err != nil {
+	if err := testproc.Start(cmd); err != nil {
 		t.Fatalf("%s: start %s serve: %v", name, paysvcBin, err)
 	}
 	go func() {
@@ -174,20 +176,13 @@ func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
 // variable (a developer's or CI's settings must not leak in), then the
 // suite's settings, then env.
 func serveEnv(dsn string, env []string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSVC_") {
-			out = append(out, kv)
-		}
-	}
-	out = append(out,
-		"PAYSVC_DSN="+dsn,
+	return testproc.Env(append([]string{
+		"PAYSVC_DSN=" + dsn,
 		"PAYSVC_ADDR=127.0.0.1:0",
-		"PAYSVC_API_KEYS="+merchant+":"+apiKey,
+		"PAYSVC_API_KEYS=" + merchant + ":" + apiKey,
 		"PAYSVC_AUTO_MIGRATE=false",
 		"PAYSVC_LOG_LEVEL=info",
-	)
-	return append(out, env...)
+	}, env...)...)
 }
 
 // alive reports whether the process has not exited.

@@ -16,6 +16,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/reconcile"
+	"github.com/paysvc/paysvc/internal/testproc"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -32,7 +33,7 @@ func startNATS(t *testing.T) string {
 	l.Close()
 	cmd := exec.Command("nats-server", "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", t.TempDir())
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := startChild(cmd); err != nil {
+	if err := testproc.Start(cmd); err != nil {
 		t.Fatalf("start nats-server (scripts/ensure-nats.sh installs it): %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

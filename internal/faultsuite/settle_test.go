@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/internal/testproc"
 )
 
 // TestSettleSIGKILL: `paysvc settle --date D` processes are SIGKILLed at
@@ -63,7 +64,7 @@ func TestSettleSIGKILL(t *testing.T) {
 		cmd.Env = serveEnv(d.DSN, nil)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := startChild(cmd); err != nil {
+		if err := testproc.Start(cmd); err != nil {
 			t.Fatal(err)
 		}
 		if kill > 0 {

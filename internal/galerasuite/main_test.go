@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/testproc"
 )
 
 // The suite's cluster. Its ports are not scripts/galera.sh's defaults, so
@@ -93,7 +95,7 @@ func buildPaysvc(dir string) (string, error) {
 	moduleRoot = strings.TrimSpace(string(out))
 	bin := filepath.Join(dir, "paysvc")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if testproc.RaceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/paysvc")...)

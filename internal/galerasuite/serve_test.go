@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/testproc"
 )
 
 // Settings every serve process gets.
@@ -43,7 +44,7 @@ func startServe(t testing.TB, name, dsn string, env ...string) *serveProc {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	p := &serveProc{name: name, cmd: cmd, out: out, exited: make(chan struct{})}
-	if err := startChild(cmd); err != nil {
+	if err := testproc.Start(cmd); err != nil {
 		t.Fatalf("%s: start: %v", name, err)
 	}
 	go func() {
@@ -89,21 +90,14 @@ func startServe(t testing.TB, name, dsn string, env ...string) *serveProc {
 }
 
 func serveEnv(dsn string, env []string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSVC_") {
-			out = append(out, kv)
-		}
-	}
-	out = append(out,
-		"PAYSVC_DSN="+dsn,
+	return testproc.Env(append([]string{
+		"PAYSVC_DSN=" + dsn,
 		"PAYSVC_ADDR=127.0.0.1:0",
-		"PAYSVC_API_KEYS="+merchant+":"+apiKey,
-		"PAYSVC_WEBHOOK_SECRETS="+provider+"="+secretText,
+		"PAYSVC_API_KEYS=" + merchant + ":" + apiKey,
+		"PAYSVC_WEBHOOK_SECRETS=" + provider + "=" + secretText,
 		"PAYSVC_AUTO_MIGRATE=false",
 		"PAYSVC_LOG_LEVEL=info",
-	)
-	return append(out, env...)
+	}, env...)...)
 }
 
 func (p *serveProc) alive() bool {

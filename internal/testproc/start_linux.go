@@ -1,4 +1,4 @@
-package galerasuite
+package testproc
 
 import (
 	"os/exec"
@@ -6,7 +6,7 @@ import (
 	"syscall"
 )
 
-// startChild starts cmd so that the kernel SIGKILLs it if the test binary
+// Start starts cmd so that the kernel SIGKILLs it if the test binary
 // dies (a panic, a -timeout, a CI cancel) before t.Cleanup could: no serve
 // process may outlive the run, holding connections and a port.
 //
@@ -14,7 +14,7 @@ import (
 // the process, and the Go runtime does end threads (one that a goroutine
 // locked and left locked), so every child is forked from one thread that
 // is locked for good and never ends.
-func startChild(cmd *exec.Cmd) error {
+func Start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	errc := make(chan error)
 	forker <- func() { errc <- cmd.Start() }

@@ -1,9 +1,0 @@
-//go:build !linux
-
-package faultsuite
-
-import "os/exec"
-
-// startChild starts cmd; without a parent-death signal, only t.Cleanup
-// kills the processes a test started.
-func startChild(cmd *exec.Cmd) error { return cmd.Start() }
