@@ -50,7 +50,7 @@ type MySQLConfig = mysql.Config
 // Config parses dsn and applies what the service depends on: times read as
 // UTC, the session time zone pinned to UTC (NOW() and DATETIME follow it),
 // client-side interpolation (server-side prepared statements cost an extra
-// round trip per statement), and a bounded lock wait. Isolation is left to
+// round trip per statement), multi-statement batches, and a bounded lock wait. Isolation is left to
 // the server default (REPEATABLE READ on both engines): the variable's name
 // differs between MariaDB and MySQL 8 and either one fails on the other.
 func Config(dsn string) (*mysql.Config, error) {
@@ -64,6 +64,12 @@ func Config(dsn string) (*mysql.Config, error) {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	cfg.InterpolateParams = true
+	// Several statements in one round trip (ExecBatch): the idempotency
+	// engine opens its transaction with the claim and ends it with the
+	// stored response. Every statement here binds its values through the
+	// driver's interpolation, never by pasting strings, so a value can not
+	// add a statement of its own.
+	cfg.MultiStatements = true
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
