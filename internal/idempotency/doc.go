@@ -2,68 +2,101 @@
 // (scope, key), across every instance of the service, with the answer the
 // first execution gave returned to every duplicate.
 //
-// # Design: a committed claim, a lease and a fence
+// # Design: the claim opens the business transaction (one commit)
 //
-// A request first claims its key with one autocommitted INSERT of a
-// PROCESSING record (request hash, owner token, lease_until, expires_at).
-// The primary key key_hash, 12 bytes of SHA-256 over (scope, key), arbitrates: of any number of concurrent
-// duplicates exactly one INSERT succeeds; the others get 1062 at once (the
-// row is committed, so nobody waits on a lock — except in the instant
-// between a holder's fence and its COMMIT, when the fence's row lock makes a
-// duplicate's INSERT wait for that commit; a wait that times out counts as
-// in flight) and read the record:
+// A request claims its key with the first statement of its business
+// transaction, sent with the START TRANSACTION in one round trip:
+//
+//	START TRANSACTION; INSERT INTO idempotency_records (key_hash, request_hash,
+//	  status = PROCESSING, owner, lease_until, expires_at) VALUES (...)
+//
+// The primary key key_hash, 12 bytes of SHA-256 over (scope, key),
+// arbitrates: of any number of concurrent duplicates exactly one INSERT
+// succeeds and holds the new row's lock until its transaction ends. The
+// others wait for that lock, at most db.LockWaitTimeout (1 s, the smallest
+// both MariaDB and MySQL 8.4 accept): if the holder commits they get 1062
+// and read its record; if it rolls back, one of them wins the row (the
+// others may get 1213, and read); if the wait times out, the holder is
+// still running: in flight. A lost claim ends its empty transaction and
+// reads the committed record in one more round trip (ROLLBACK; SELECT):
 //
 //   - another request hash              → ErrKeyReused (422), nothing runs;
 //   - COMPLETED                         → the stored response (replay);
-//   - PROCESSING, lease still running   → in flight: ErrInFlight with a
+//   - still held (lock wait timed out)  → in flight: ErrInFlight with a
 //     Retry-After (reject mode), or poll until it completes (wait mode);
-//   - PROCESSING, lease run out         → take it over with one conditional
-//     UPDATE naming the old owner; of concurrent takers one wins. This is
-//     checked before the fingerprint: a dead holder stored nothing, so, as
-//     after a 5xx, the key is bound to whichever request takes it next;
 //   - past expires_at                   → the window is over: the record is
 //     deleted and the key claimed anew, even before purge has run.
 //
-// The holder then runs the business function in ONE local transaction that
-// ends with the fence:
+// The holder runs the business function in the transaction its claim
+// opened, and ends it with the response stored and the COMMIT, again one
+// round trip:
 //
 //	UPDATE idempotency_records SET status = COMPLETED, response_... = ?
-//	 WHERE key_hash = ? AND owner = ? AND status = PROCESSING
+//	 WHERE key_hash = ? AND owner = ? AND status = PROCESSING; COMMIT
 //
-// The business rows and the stored response commit together or not at all.
-// If the fence matches no row, the lease was taken over (the holder was too
-// slow, or was presumed dead): the transaction rolls back, so a holder whose
-// lease was taken can never complete, and the request is answered like any
-// duplicate of the new holder.
+// The claim, the business rows and the stored response commit together or
+// not at all, in one commit. A record is therefore never seen PROCESSING by
+// anyone else: on an error, a 5xx, a conflict or a crash the transaction
+// rolls back, claim included, and the key is free for the client's retry at
+// once — there is no claim to release, and nothing a crash could leave
+// stuck. The business transaction runs under a context bounded by the
+// lease (PAYSVC_IDEMPOTENCY_LEASE): a holder stalled past it has its
+// connection closed, the server rolls it back, and a duplicate's next
+// claim runs the request.
 //
-// On an error or a 5xx the transaction rolls back and the claim is deleted
-// (owner-checked), so the key is free for the client's retry at once. If the
-// process dies instead, the database rolls the transaction back when the
-// connection drops and the PROCESSING claim is taken over once its lease
-// (PAYSVC_IDEMPOTENCY_LEASE) runs out. The business transaction runs under a
-// context bounded by the lease, so a live holder stops before it could be
-// taken over in the common case; the fence makes the rare case safe.
+// The lease, the owner and the take-over remain for records that an engine
+// committing its claim first left PROCESSING (this package before issue 18,
+// during a rolling upgrade): such a record is in flight until its lease
+// ends, then taken over with one conditional UPDATE naming the old owner
+// (checked before the fingerprint: a dead holder stored nothing), inside
+// the taker's transaction.
 //
-// # Why not claim inside the business transaction
+// # The design it replaced, and why this one won (issue 18)
 //
-// The alternative, INSERTing the record as the first statement of the
-// business transaction, needs no lease: a duplicate's INSERT blocks on the
-// uncommitted row until the first commits (1062) or rolls back (it wins).
-// We measured the price on MariaDB: every in-flight duplicate then holds a
-// pooled connection and an InnoDB lock wait, "reject within a second" means
-// lowering innodb_lock_wait_timeout for every statement, a cancelled client
-// does not free the server-side wait, and three waiters on one key deadlock
-// (1213) when the holder rolls back. A committed claim costs one extra
-// autocommitted statement per first request and makes the in-flight state
-// visible, instant to detect, and explicit in the table.
+// Until issue 18 the claim was an autocommitted INSERT before the business
+// transaction: a committed PROCESSING record with a lease, and a fence
+// UPDATE at the end naming the owner, so that a holder whose lease was
+// taken over could not complete. It made the in-flight state a committed
+// row (a duplicate saw it without waiting) and cost a second commit and
+// two more round trips per first request. Measured on the same machine in
+// one run (docs/BENCHMARKS.md, section j), the one-commit design with
+// batched round trips does the same work in fewer round trips and one
+// commit; every test of the suite — storms in both in-flight modes, faults,
+// SIGKILLed processes, cut and black-holed connections, Galera — holds.
+//
+// What it costs, and why each cost is bounded:
+//   - an in-flight duplicate waits on the holder's row lock instead of
+//     reading a committed row: it holds a pooled connection and an InnoDB
+//     lock wait for as long as the holder runs, at most the 1 s lock wait,
+//     and then gets the replay (most holders finish in milliseconds) or a
+//     409 within about a second, as CONTRACT §4 asks;
+//   - a cancelled client does not end the server-side wait (FACTS.md): it
+//     lasts until the lock frees or the second is up;
+//   - waiters on one key deadlock (1213) when the holder rolls back: the
+//     victim reads the record and claims again;
+//   - a session orphaned by a network partition keeps its transaction, and
+//     the claim's lock, until the server drops it (wait_timeout, one
+//     minute: db.SessionIdleTimeout) instead of until the lease; a
+//     duplicate meanwhile gets 409, never a second execution;
+//   - on a multi-primary cluster the claim is certified with the business
+//     rows: duplicates on two nodes both run the business, and one is
+//     refused at COMMIT (1213) and, run again, replays.
+//
+// The business transaction's conflicts (1213, 1205, certification) roll the
+// claim back with everything else, and the whole round — claim, business,
+// commit — runs again after a jittered backoff while the deadline leaves
+// room.
 //
 // # Round trips
 //
-// First request: INSERT claim (1) + BEGIN (1) + business statements +
-// fence UPDATE (1) + COMMIT (1). Replay: INSERT (1062) + SELECT = 2. A
-// waiting duplicate (PAYSVC_IN_FLIGHT=wait) polls with one SELECT. A
-// server-issued token adds none: its first use claims with a conditional
-// UPDATE in place of the INSERT (token.go).
+// First request: START TRANSACTION + claim (1) + business statements +
+// response + COMMIT (1). Replay: START TRANSACTION + INSERT → 1062 (1) +
+// ROLLBACK + SELECT (1) = 2. A waiting duplicate (PAYSVC_IN_FLIGHT=wait)
+// polls with one SELECT and a claim. A server-issued token adds none: its
+// first use claims with a conditional UPDATE in place of the INSERT
+// (token.go). Batches are single round trips of several statements
+// (db.ExecBatch); the server stops a batch at its first failing
+// statement, so a failed claim never runs what follows it.
 //
 // # Overload, conflicts and outages (CONTRACT §9)
 //
@@ -74,20 +107,14 @@
 // transaction: a holder never queues for the pool again behind the
 // duplicates it is keeping in flight (it did, and database/sql hands a
 // freed connection to a random waiter: docs/BENCHMARKS.md, "Overload").
-// A conflict (1213 deadlock or Galera certification failure, 1205 lock
-// wait timeout) re-runs the whole transaction after a jittered, doubling
-// delay for as long as the deadline leaves room. Lock waits are bounded to
-// 1 s per statement (db.LockWaitTimeout), so a claim INSERT that waits on a
-// holder's fence is answered in flight within about a second.
+// Lock waits are bounded to 1 s per statement (db.LockWaitTimeout).
 //
 // Whatever the database cannot do in time becomes an *UnavailableError
-// (503 with Retry-After). The claim is then released on a small reserve
-// pool (Options.Reserve), so that a saturated request pool cannot keep a
-// failed request's key in flight until its lease ends; the release and the
-// read-back of a COMMIT whose answer was lost (a locking read, which waits
-// for a COMMIT still running on the server) get a budget of their own of
-// about a second past the deadline. If the database is out of reach even
-// for that, the lease frees the key.
+// (503 with Retry-After); its transaction is rolled back (or its
+// connection closed, which rolls it back on the server). A COMMIT whose
+// answer was lost is read back on a small reserve pool (Options.Reserve)
+// with a locking read, which waits for a COMMIT still running on the
+// server, within a budget of its own of under a second past the deadline.
 //
 // # What a record costs
 //

@@ -26,9 +26,6 @@ var (
 	ErrInFlight = errors.New("idempotency key in use by a request still running")
 )
 
-// errLeaseLost: the fence found another owner; the transaction rolled back.
-var errLeaseLost = errors.New("lease taken over by another request")
-
 // InFlightError is ErrInFlight with the delay a client should wait.
 type InFlightError struct{ RetryAfter time.Duration }
 
@@ -159,17 +156,18 @@ type Options struct {
 	// for a connection, claiming, retrying conflicts. What is still undone
 	// then is answered with an *UnavailableError.
 	Timeout time.Duration
-	// Reserve, if set, is a small pool kept apart from gdb for the
-	// statements that clean up after a failure (releasing a claim, reading
-	// back a COMMIT whose answer was lost). They must not queue behind the
-	// requests that saturate the main pool, or a failed request's key would
-	// answer "in flight" until its lease ran out. Without it gdb is used.
+	// Reserve, if set, is a small pool kept apart from gdb for reading back
+	// a COMMIT whose answer was lost (the request's own connection is gone
+	// then). It must not queue behind the requests that saturate the main
+	// pool, or the request would answer past its bound. Without it gdb is
+	// used.
 	Reserve *gorm.DB
 	Now     func() time.Time
 	Logger  *slog.Logger
-	// BeforeCommit, if set, runs inside the transaction after the response
-	// is fenced and before COMMIT. It exists for fault-injection tests: an
-	// error here must leave no trace of the request.
+	// BeforeCommit, if set, runs inside the transaction after the business
+	// function and before the batch that stores the response and commits.
+	// It exists for fault-injection tests: an error here must leave no
+	// trace of the request.
 	BeforeCommit func(ctx context.Context, req Request) error
 }
 
@@ -217,7 +215,8 @@ const (
 	// maxRounds bounds the claim loop; each round ends in a decision unless
 	// another request changed the record in between.
 	maxRounds = 1000
-	// A conflict (1213, 1205) is retried after a jittered delay that starts
+	// A conflict (1213, 1205) rolls the round back, claim included, and it
+	// runs again after a jittered delay that starts
 	// at firstBackoff and doubles up to maxBackoff, for as long as the
 	// request's deadline leaves room.
 	firstBackoff = 5 * time.Millisecond
@@ -226,7 +225,7 @@ const (
 	// the request's own deadline if need be. It is kept under a second so
 	// that, with the answer written, a request is answered within its
 	// timeout plus a second (CONTRACT §9): a budget of exactly a second
-	// made a release that hung (a black-holed database) answer a few
+	// made a clean-up that hung (a black-holed database) answer a few
 	// milliseconds past that bound (TestDatabaseOutage).
 	cleanupBudget = 750 * time.Millisecond
 )
@@ -236,7 +235,7 @@ const (
 // or a failure of fn (after which the key is free again).
 //
 // Each round runs on one connection taken from the pool for the round: the
-// claim INSERT and, if it wins, the business transaction use the same
+// claim and, if it wins, the business transaction it opens use the same
 // connection. A holder that has claimed its key therefore never queues for
 // the pool again behind the duplicates it keeps waiting (the cause of the
 // storm stalls measured in docs/BENCHMARKS.md, "Overload"). A waiting
@@ -248,6 +247,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 	poll := firstPoll
 	id := hashKey(req.Scope, req.Key)
 	probe := false
+	conflicts := &conflicts{backoff: firstBackoff}
 	for range maxRounds {
 		var (
 			res Result
@@ -255,7 +255,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 			err error
 		)
 		connErr := e.db.WithContext(ctx).Connection(func(conn *gorm.DB) error {
-			res, st, err = e.round(ctx, conn, req, id, fn, probe)
+			res, st, err = e.round(ctx, conn, req, id, fn, probe, conflicts)
 			return nil
 		})
 		if connErr != nil {
@@ -290,11 +290,30 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 	return Result{}, fmt.Errorf("key %q: no decision after %d rounds", req.Key, maxRounds)
 }
 
+// conflicts counts a request's transactions that a conflict rolled back,
+// and spaces the next attempt.
+type conflicts struct {
+	n       int
+	backoff time.Duration
+}
+
+// pause waits before running again after a conflict: a jittered delay that
+// doubles each time, if the request's deadline leaves room for it.
+func (c *conflicts) pause(ctx context.Context) bool {
+	c.n++
+	d := jitter(c.backoff)
+	c.backoff = min(2*c.backoff, maxBackoff)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	return sleep(ctx, d) == nil
+}
+
 // classify turns a database fault into an *UnavailableError and leaves
 // every other error as it is. An error that ends a request whose time ran
 // out is the deadline's doing, whatever the driver called it: the
 // connection was closed under a statement (by the driver at the deadline,
-// or by inTransaction's AfterFunc between statements), and what the next
+// or by the AfterFunc of execute between statements), and what the next
 // read on it reports depends on where the cut fell. Nothing committed
 // (failed settled that), so the client may retry: 503, never 500.
 func (e *Engine) classify(ctx context.Context, req Request, err error) error {
@@ -321,40 +340,42 @@ type roundState int
 const (
 	answered roundState = iota // a response or an error to return
 	inFlight                   // another request holds the key
-	again                      // the record changed under us: claim again now
+	again                      // the record changed under us, or a conflict rolled us back: claim again now
 )
 
 // round tries to claim the key and, if another request has it, acts on its
-// record: 2 statements for a replay (INSERT → 1062, SELECT). A probe round
-// (a waiting duplicate's poll) reads the record first and claims only if it
-// has gone: 1 statement per poll while the holder runs.
-func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, probe bool) (Result, roundState, error) {
+// record: 2 round trips for a replay (START TRANSACTION + INSERT → 1062;
+// ROLLBACK + SELECT). A probe round (a waiting duplicate's poll) reads the
+// record first and claims only if there is none: 1 statement per poll
+// while the holder runs, if the holder's record is committed (a take-over
+// candidate); a holder's claim is not committed, so a poll usually claims
+// and waits on the holder's row lock, for at most db.LockWaitTimeout.
+func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, probe bool, cs *conflicts) (Result, roundState, error) {
 	now := e.opts.Now().UTC()
 	if probe {
-		rec, found, err := load(ctx, conn, e.codec, req, id, false)
+		rec, found, err := load(ctx, conn, e.codec, req, id, sqlLoad)
 		switch {
 		case err != nil:
 			return Result{}, answered, err
 		case req.Token && (!found || !rec.expiresAt.After(now)):
 			return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrTokenInvalid)
 		case found && rec.status != statusIssued:
-			return e.decide(ctx, conn, req, id, fn, rec, now)
+			return e.decide(ctx, conn, req, id, fn, rec, now, cs)
 		}
 	}
 	o := newOwner()
-	claimFn := insertClaim
+	begin := beginClaim
 	if req.Token {
-		claimFn = claimToken
+		begin = beginTokenClaim
 	}
-	claim, err := claimFn(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
+	claim, err := begin(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
 	switch {
 	case err != nil:
-		// The INSERT may have committed before the connection failed; we
-		// ran nothing, so free the key now rather than after the lease.
-		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
+		// Whatever the INSERT did is undone with its transaction.
+		rollback(ctx, conn)
 		return Result{}, answered, err
 	case claim == claimWon:
-		res, st, err := e.executed(e.execute(ctx, conn, req, id, o, OutcomeFirst, fn))
+		res, st, err := e.execute(ctx, conn, req, id, o, OutcomeFirst, fn, cs)
 		if !req.Token && res.Outcome == OutcomeFirst {
 			// A token's record keeps the expiry of its issue, which the
 			// UPDATE did not read: left unknown.
@@ -362,11 +383,13 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		}
 		return res, st, err
 	case claim == claimLocked:
+		rollback(ctx, conn)
 		return Result{}, inFlight, nil
 	}
-	rec, found, err := load(ctx, conn, e.codec, req, id, false)
+	rec, found, err := load(ctx, conn, e.codec, req, id, sqlRollbackLoad)
 	switch {
 	case err != nil:
+		rollback(ctx, conn)
 		return Result{}, answered, err
 	case req.Token && (!found || !rec.expiresAt.After(now)):
 		// Never issued to this scope, or expired: nothing runs, and an
@@ -376,14 +399,14 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		// Put back by a failed execution since our UPDATE: claim again.
 		return Result{}, again, nil
 	case !found:
-		// Released or purged since our INSERT.
+		// Rolled back or purged since our INSERT waited on it.
 		return Result{}, again, nil
 	}
-	return e.decide(ctx, conn, req, id, fn, rec, now)
+	return e.decide(ctx, conn, req, id, fn, rec, now, cs)
 }
 
-// decide acts on the record another request wrote for the key.
-func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, rec record, now time.Time) (Result, roundState, error) {
+// decide acts on the record another request committed for the key.
+func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, rec record, now time.Time, cs *conflicts) (Result, roundState, error) {
 	switch {
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
@@ -401,163 +424,103 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	default:
 		return Result{}, inFlight, nil
 	}
-	// Take-over. The lease ran out with the record still PROCESSING: its
-	// holder died (the database rolled its transaction back when the
-	// connection dropped) or is slow (its transaction, bounded by a context
-	// of one lease, is about to give up). Either way nothing of it has
-	// committed, since its business rows commit only with its fence.
-	// takeOver names the old owner and re-checks lease_until in its WHERE,
-	// so of concurrent takers exactly one matches; the others go round
-	// again and find the winner in flight. A slow holder that reaches its
-	// fence afterwards names its own owner, matches no row and rolls back:
-	// two executions can overlap, at most one commits.
+	// Take-over. A committed PROCESSING record is one this engine never
+	// leaves (its claim commits only with the response), but an engine
+	// that commits its claim first (this package before issue 18, still
+	// running during a rolling upgrade) does, and a record whose lease ran
+	// out is one whose holder died: the database rolled its transaction
+	// back, and nothing of it committed, since its business rows commit
+	// only with its fence. beginTakeOver names the old owner and re-checks
+	// lease_until in its WHERE, so of concurrent takers exactly one matches
+	// and holds the row until it commits; the others go round again. An
+	// old-style slow holder that reaches its fence afterwards names its own
+	// owner, matches no row and rolls back.
 	//
-	// The window does not move: takeOver leaves expires_at as the first
-	// claim set it, so a key's window always counts from its first request,
-	// as a client's retry schedule does, and a stuck key cannot keep itself
-	// alive by being taken over. The cost: a take-over late in a window
-	// shorter than two leases can see the record expire while the new
-	// holder runs; a duplicate then deletes it as expired and claims anew,
-	// and again the fence lets only one of them commit. config refuses a
-	// window not longer than the lease, so that at least the first holder's
-	// lease ends inside it.
+	// The window does not move: the take-over leaves expires_at as the
+	// first claim set it, so a key's window always counts from its first
+	// request, and a stuck key cannot keep itself alive by being taken
+	// over.
 	o := newOwner()
-	won, err := takeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
-	if err != nil {
-		e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
-		return Result{}, answered, err
-	}
-	if !won {
-		return Result{}, again, nil
+	won, err := beginTakeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
+	if err != nil || !won {
+		rollback(ctx, conn)
+		return Result{}, again, err
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	res, st, err := e.executed(e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn))
+	res, st, err := e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn, cs)
 	if res.Outcome != "" {
 		res.ExpiresAt = rec.expiresAt
 	}
 	return res, st, err
 }
 
-// executed maps execute's answer to a round state: a lost fence means
-// another request holds the key now.
-func (e *Engine) executed(res Result, err error) (Result, roundState, error) {
-	if errors.Is(err, errLeaseLost) {
-		return Result{}, inFlight, nil
-	}
-	return res, answered, err
-}
+// errFenceMissed: the response's UPDATE changed no row although this
+// transaction holds the record. It cannot happen (commitResponse); if it
+// did, the business rows would have committed with the record PROCESSING.
+var errFenceMissed = errors.New("BUG: the response did not fence the claim this transaction holds")
 
-// execute runs fn and the fence in one transaction on conn, running the
-// whole transaction again after a conflict (1213 deadlock or Galera
-// certification failure, 1205 lock wait timeout) with jittered backoff while
-// the request's deadline leaves room. On failure it releases the claim.
-func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func) (res Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			e.cleanup(ctx, func(ctx context.Context) { e.release(ctx, nil, req, id, o) })
-			panic(p)
-		}
-	}()
-	// The holder gives up before its lease runs out, so that in the normal
-	// case it is never taken over while it still works.
+// execute runs fn in the transaction the claim opened on conn and commits
+// it with the stored response. It is bounded by the lease, so that a
+// holder stops before an engine that commits its claims could take it
+// over. Whatever fails rolls the transaction back, claim included: the key
+// is free again at once, with nothing to release. A conflict (1213
+// deadlock or Galera certification failure, 1205 lock wait timeout) rolled
+// everything back too; the round is run again, claim and all, after a
+// jittered backoff while the request's deadline leaves room.
+func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func, cs *conflicts) (Result, roundState, error) {
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
-	backoff := firstBackoff
-	for attempt := 1; ; attempt++ {
-		var resp Response // set once everything but COMMIT has succeeded
-		err = inTransaction(txCtx, conn, func(tx *gorm.DB) error {
-			r, err := fn(txCtx, tx)
-			if err != nil {
-				return err
-			}
-			if r.Status >= 500 {
-				return fmt.Errorf("business answered %d", r.Status)
-			}
-			if err := complete(txCtx, tx, e.codec, req, id, o, r); err != nil {
-				return err
-			}
-			if e.opts.BeforeCommit != nil {
-				if err := e.opts.BeforeCommit(txCtx, req); err != nil {
-					return err
-				}
-			}
-			resp = r
-			return nil
-		})
-		if err == nil {
-			return Result{Response: resp, Outcome: outcome}, nil
-		}
-		if errors.Is(err, errLeaseLost) {
-			return Result{}, err
-		}
-		// A conflict the server answered rolled the whole transaction back,
-		// even when it came at COMMIT (a Galera certification failure
-		// does): running it again cannot apply it twice.
-		if db.IsRetryable(err) {
-			pause := jitter(backoff)
-			backoff = min(2*backoff, maxBackoff)
-			if deadline, ok := txCtx.Deadline(); !ok || time.Until(deadline) > pause {
-				if sleep(txCtx, pause) == nil {
-					continue
-				}
-			}
-		}
-		// A business refusal that is not stored (retry_later) or a
-		// conflict left the connection healthy, its transaction rolled
-		// back: the claim is freed on it, without queueing for the reserve
-		// pool behind other failures (under a burst of them, a release that
-		// waited there outlived its budget, and the key answered in flight,
-		// or 422 to the same event with other data, until its lease ran
-		// out). A connection the deadline or a fault closed is not used.
-		var own *gorm.DB
-		if resp.Status == 0 && txCtx.Err() == nil && (db.IsRetryable(err) || !db.IsUnavailable(err)) {
-			own = conn
-		}
-		return e.failed(ctx, own, req, id, o, resp, outcome, attempt, err)
-	}
-}
-
-// inTransaction runs fn between a BEGIN and a COMMIT sent as plain
-// statements on conn, the round's own connection. database/sql's Tx.Commit
-// does not watch its context, and neither does the driver's COMMIT: into a
-// network partition it waited for TCP to give up, minutes past the
-// request's deadline (CONTRACT §9). A statement does watch it: at the
-// deadline the driver closes the connection, and the failure path reads
-// the record back, since such a COMMIT may have been applied. After any
-// failure the transaction is rolled back on a short context of its own; a
-// connection that cannot confirm the rollback is discarded, never handed
-// back to the pool inside a transaction.
-func inTransaction(ctx context.Context, conn *gorm.DB, fn func(tx *gorm.DB) error) (err error) {
-	if _, err := db.Exec(ctx, conn, "BEGIN"); err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	// If ctx ends while fn stalls between statements, there is no statement
-	// for the driver to abandon, and the transaction would keep its row
-	// locks until fn came back: past its lease, in the way of the request
-	// that takes the key over (TestLeaseTakeoverSlowHolder). Close the
+	// If txCtx ends while fn stalls between statements, there is no
+	// statement for the driver to abandon, and the transaction would keep
+	// its row locks (the claim's among them) until fn came back. Close the
 	// connection then, as database/sql's Tx did: the server rolls back.
-	stop := context.AfterFunc(ctx, func() { discard(conn) })
+	stop := context.AfterFunc(txCtx, func() { discard(conn) })
 	defer stop()
-	defer func() {
-		if p := recover(); p != nil {
-			rollback(ctx, conn)
-			panic(p)
-		}
+	var resp Response // set once everything but the COMMIT has succeeded
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				rollback(txCtx, conn)
+				panic(p)
+			}
+		}()
+		r, err := fn(txCtx, conn.WithContext(txCtx))
 		if err != nil {
-			rollback(ctx, conn)
+			return err
 		}
+		if r.Status >= 500 {
+			return fmt.Errorf("business answered %d", r.Status)
+		}
+		if e.opts.BeforeCommit != nil {
+			if err := e.opts.BeforeCommit(txCtx, req); err != nil {
+				return err
+			}
+		}
+		resp = r
+		return commitResponse(txCtx, conn, e.codec, req, id, o, r)
 	}()
-	if err := fn(conn.WithContext(ctx)); err != nil {
-		return err
+	if err == nil {
+		return Result{Response: resp, Outcome: outcome}, answered, nil
 	}
-	if _, err := db.Exec(ctx, conn, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	rollback(txCtx, conn)
+	if errors.Is(err, errFenceMissed) {
+		e.opts.Logger.ErrorContext(ctx, "idempotency fence missed", "scope", req.Scope, "key", req.Key)
+		return Result{}, answered, err
 	}
-	return nil
+	// A conflict the server answered rolled the whole transaction back,
+	// even when it came at COMMIT (a Galera certification failure does):
+	// running it again cannot apply it twice.
+	if db.IsRetryable(err) && txCtx.Err() == nil && cs.pause(txCtx) {
+		return Result{}, again, nil
+	}
+	return e.failed(ctx, req, id, resp, outcome, cs.n+1, err)
 }
 
 // rollback ends conn's transaction, or, if it cannot, has database/sql
-// discard the connection (a driver.ErrBadConn from Raw does that).
+// discard the connection (a driver.ErrBadConn from Raw does that), never
+// handing it back to the pool inside a transaction. It runs on a short
+// context of its own, so that a request whose deadline has passed still
+// frees its locks at once instead of when the server notices.
 func rollback(ctx context.Context, conn *gorm.DB) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
 	defer cancel()
@@ -575,37 +538,34 @@ func discard(conn *gorm.DB) {
 }
 
 // failed settles a request whose transaction did not commit, or whose
-// COMMIT's answer was lost, and returns what the client gets.
-func (e *Engine) failed(ctx context.Context, own *gorm.DB, req Request, id keyHash, o owner, resp Response, outcome Outcome, attempt int, err error) (res Result, _ error) {
-	settled := false
-	e.cleanup(ctx, func(ctx context.Context) {
-		if resp.Status != 0 {
-			// Everything ran; only COMMIT failed, and a COMMIT whose
-			// connection dropped may have succeeded on the server.
-			if res, settled = e.committedAnyway(ctx, req, id, resp, outcome); settled {
-				return
-			}
+// COMMIT's answer was lost, and returns what the client gets. There is no
+// claim to release: it was part of the transaction.
+func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome, attempt int, err error) (Result, roundState, error) {
+	if resp.Status != 0 {
+		// Everything ran; only the batch of response and COMMIT failed,
+		// and a COMMIT whose connection dropped may have succeeded on the
+		// server.
+		var (
+			res     Result
+			settled bool
+		)
+		e.cleanup(ctx, func(ctx context.Context) { res, settled = e.committedAnyway(ctx, req, id, resp, outcome) })
+		if settled {
+			return res, answered, nil
 		}
-		if deleted, rerr := e.release(ctx, own, req, id, o); rerr == nil && !deleted {
-			// Nothing of ours was left to free: another request took the
-			// lease over, or our COMMIT went through after all.
-			res, settled = e.committedAnyway(ctx, req, id, resp, outcome)
-		}
-	})
-	if settled {
-		return res, nil
 	}
-	return Result{}, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
+	return Result{}, answered, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
 }
 
-// committedAnyway reads the record, with a locking read so that a COMMIT
-// still running on the server is waited for instead of read around. If the
-// record is COMPLETED for this request, the commit went through: answer
-// with what was stored (this request's own response, unless another
-// holder's committed first), instead of a 5xx that would contradict the
-// stored outcome.
+// committedAnyway reads the record on the reserve pool (the request's own
+// connection is gone), with a locking read so that a COMMIT still running
+// on the server is waited for instead of read around. If the record is
+// COMPLETED for this request, the commit went through: answer with what
+// was stored (this request's own response, unless another holder's
+// committed first), instead of a 5xx that would contradict the stored
+// outcome.
 func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome) (Result, bool) {
-	rec, found, err := load(ctx, e.reserve, e.codec, req, id, true)
+	rec, found, err := load(ctx, e.reserve, e.codec, req, id, sqlLoadLocking)
 	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint.storedArray() {
 		return Result{}, false
 	}
@@ -617,43 +577,11 @@ func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, r
 
 // cleanup runs fn with cleanupBudget of its own, even if the request's
 // context is done: a client that hung up or a request that timed out must
-// not leave its key blocked until the lease runs out.
+// still be answered with what the database holds.
 func (e *Engine) cleanup(ctx context.Context, fn func(ctx context.Context)) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
 	defer cancel()
 	fn(ctx)
-}
-
-// release frees the claim on own, the request's connection if it is still
-// usable (nil if not), or else on the reserve pool, trying again after a
-// conflict while the cleanup budget lasts. It reports whether a claim of
-// ours was there to delete.
-func (e *Engine) release(ctx context.Context, own *gorm.DB, req Request, id keyHash, o owner) (bool, error) {
-	backoff := firstBackoff
-	free := release
-	if req.Token {
-		free = unclaimToken
-	}
-	if own != nil {
-		if deleted, err := free(ctx, own, req, id, o); err == nil {
-			return deleted, nil
-		}
-		// The connection failed after all: the reserve pool takes over.
-	}
-	for {
-		deleted, err := free(ctx, e.reserve, req, id, o)
-		if err == nil {
-			return deleted, nil
-		}
-		pause := jitter(backoff)
-		backoff = min(2*backoff, maxBackoff)
-		if !db.IsRetryable(err) || sleep(ctx, pause) != nil {
-			// The lease will free the key; say so, loudly.
-			e.opts.Logger.ErrorContext(ctx, "release idempotency claim failed; key stays in flight until its lease ends",
-				"scope", req.Scope, "key", req.Key, "err", err)
-			return false, err
-		}
-	}
 }
 
 // jitter spreads d over [d/2, 3d/2) so that conflicting transactions

@@ -54,24 +54,53 @@ type record struct {
 	response   Response
 }
 
-// claim outcomes of insertClaim.
+// claim outcomes of beginClaim and beginTokenClaim.
 type claimResult int
 
 const (
+	// claimWon: the claim is this request's, inside its open transaction.
 	claimWon claimResult = iota
-	// claimExists: the key has a record; read it.
+	// claimExists: the key has a committed record; read it.
 	claimExists
-	// claimLocked: the INSERT timed out waiting for the record's row lock,
-	// which only a holder between its fence and its COMMIT keeps: in flight.
+	// claimLocked: the claim timed out waiting for the record's row lock,
+	// which only a holder's transaction keeps: in flight.
 	claimLocked
 )
 
-// insertClaim is the arbiter: one autocommitted INSERT.
-func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
-	_, err := db.Exec(ctx, gdb,
-		`INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?)`,
+// The statements of a claim and of its end, one round trip each (see the
+// package documentation, "Round trips"). cmd/bench sends the same text.
+const (
+	sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
+		 VALUES (?, ?, ?, ?, ?, ?)`
+	sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+		   FROM idempotency_records WHERE key_hash = ?`
+	sqlFence = `UPDATE idempotency_records
+		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
+		  WHERE key_hash = ? AND owner = ? AND status = ?`
+	// sqlBeginClaim opens the request's transaction with its claim.
+	sqlBeginClaim = "START TRANSACTION; " + sqlClaim
+	// sqlFenceCommit stores the response and commits.
+	sqlFenceCommit = sqlFence + "; COMMIT"
+	// sqlRollbackLoad ends a lost claim's empty transaction and reads the
+	// record the winner committed, outside any snapshot.
+	sqlRollbackLoad = "ROLLBACK; " + sqlLoad
+	sqlLoadLocking  = sqlLoad + " FOR UPDATE"
+)
+
+// beginClaim is the arbiter: START TRANSACTION and the claim INSERT in one
+// round trip. Of concurrent duplicates one INSERT succeeds and holds the
+// new row's lock until its transaction ends; the others wait for that
+// (at most db.LockWaitTimeout) and get 1062 if it commits, or one of them
+// wins if it rolls back. Whatever the outcome, the batch's START
+// TRANSACTION ran: a claim that was not won leaves an empty transaction
+// open, which the caller ends (endLostClaim).
+func beginClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
+	_, err := db.ExecBatch(ctx, conn, sqlBeginClaim,
 		id[:], req.Fingerprint.stored(), statusProcessing, o[:], leaseUntil, now.Add(req.TTL))
+	return claimOutcome(req, err)
+}
+
+func claimOutcome(req Request, err error) (claimResult, error) {
 	switch {
 	case err == nil:
 		return claimWon, nil
@@ -80,28 +109,25 @@ func insertClaim(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o o
 	case db.IsLockWaitTimeout(err):
 		return claimLocked, nil
 	case db.IsDeadlock(err):
-		// Concurrent inserts of one unique key can deadlock when a waiter
-		// is rolled back; the record's state is then unknown: read it.
+		// Waiters on one key deadlock when the holder rolls back (the
+		// victim's transaction is rolled back whole); the record's state
+		// is then unknown: read it.
 		return claimExists, nil
 	}
 	return claimExists, fmt.Errorf("claim %q: %w", req.Key, err)
 }
 
-// load reads the record of req's key; found is false if there is none. A
-// locking read waits for a transaction that holds the record (a holder
-// between its fence and its COMMIT) and then sees what it committed.
-func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, locking bool) (rec record, found bool, err error) {
+// load reads the record of req's key with query (sqlLoad, sqlLoadLocking
+// or sqlRollbackLoad); found is false if there is none. A locking read
+// waits for a transaction that holds the record (a holder between its
+// claim and its COMMIT) and then sees what it committed.
+func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, query string) (rec record, found bool, err error) {
 	var (
 		hash, ownerB, blob []byte
 		leaseUntil         sql.NullTime
 		respStatus         sql.NullInt32
 		format             sql.NullInt32
 	)
-	query := `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
-		   FROM idempotency_records WHERE key_hash = ?`
-	if locking {
-		query += ` FOR UPDATE`
-	}
 	err = db.QueryRow(ctx, gdb, query, id[:]).Scan(&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt, &respStatus, &format, &blob)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
@@ -120,18 +146,20 @@ func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, 
 	return rec, true, nil
 }
 
-// takeOver moves an expired lease from old to o, binding the key to req's
-// fingerprint; of concurrent takers the one whose UPDATE matches the old
-// owner wins.
-func takeOver(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, old, o owner, now, leaseUntil time.Time) (bool, error) {
-	n, err := db.Exec(ctx, gdb,
-		`UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
+// beginTakeOver opens the request's transaction by moving an expired
+// lease from old to o, binding the key to req's fingerprint; of concurrent
+// takers the one whose UPDATE matches the old owner wins and holds the row
+// until it commits. Not won, the empty transaction is left open for the
+// caller to end, as beginClaim leaves it.
+func beginTakeOver(ctx context.Context, conn *gorm.DB, req Request, id keyHash, old, o owner, now, leaseUntil time.Time) (bool, error) {
+	n, err := db.ExecBatch(ctx, conn,
+		`START TRANSACTION; UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
 		  WHERE key_hash = ? AND status = ? AND owner = ? AND lease_until <= ?`,
 		o[:], leaseUntil, req.Fingerprint.stored(), id[:], statusProcessing, old[:], now)
 	if err != nil {
 		return false, fmt.Errorf("take over key %q: %w", req.Key, err)
 	}
-	return n == 1, nil
+	return n[1] == 1, nil
 }
 
 // deleteExpired removes a record whose window is over, so the key can be
@@ -145,36 +173,25 @@ func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, n
 	return nil
 }
 
-// complete is the fence: it stores the response inside the business
-// transaction only if o still holds the lease.
-func complete(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response) error {
+// commitResponse stores the response and commits, in one round trip. The
+// WHERE names this request's owner and PROCESSING, and the statement must
+// change exactly that row: it cannot fail to, since the claim (or
+// take-over, or token claim) that opened this transaction holds the row's
+// lock until the COMMIT, but a batch cannot be stopped between its
+// statements, so it is checked after the fact and reported as the bug it
+// would be (errFenceMissed).
+func commitResponse(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response) error {
 	format, blob, err := c.Encode(resp)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
-	n, err := db.Exec(ctx, tx,
-		`UPDATE idempotency_records
-		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
-		  WHERE key_hash = ? AND owner = ? AND status = ?`,
+	n, err := db.ExecBatch(ctx, tx, sqlFenceCommit,
 		statusCompleted, resp.Status, format, blob, id[:], o[:], statusProcessing)
 	if err != nil {
-		return fmt.Errorf("store response for %q: %w", req.Key, err)
+		return fmt.Errorf("store response and commit %q: %w", req.Key, err)
 	}
-	if n != 1 {
-		return errLeaseLost
+	if n[0] != 1 {
+		return fmt.Errorf("store response for %q: %w", req.Key, errFenceMissed)
 	}
 	return nil
-}
-
-// release frees a claim whose execution failed. It is owner-checked, so it
-// never removes a record another holder took over or one that completed;
-// deleted says whether our claim was there.
-func release(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner) (deleted bool, err error) {
-	n, err := db.Exec(ctx, gdb,
-		`DELETE FROM idempotency_records WHERE key_hash = ? AND owner = ? AND status = ?`,
-		id[:], o[:], statusProcessing)
-	if err != nil {
-		return false, fmt.Errorf("release key %q: %w", req.Key, err)
-	}
-	return n == 1, nil
 }

@@ -32,18 +32,19 @@ import (
 //
 // The first use claims the record with one conditional UPDATE (ISSUED →
 // PROCESSING, binding the request's fingerprint) in place of the claim
-// INSERT; of concurrent uses the row lock lets exactly one match, as the
-// primary key does for INSERTs. When the UPDATE matches nothing, the record
-// is read as after a lost INSERT: PROCESSING is in flight, COMPLETED
-// replays (or is a 422 under another fingerprint), no record or an expired
-// one is ErrTokenInvalid. A failed execution puts the record back to
-// ISSUED instead of deleting it, so the client's retry finds its token.
+// INSERT, as the first statement of the request's transaction; of
+// concurrent uses the row lock lets exactly one match, as the primary key
+// does for INSERTs. When the UPDATE matches nothing, the record is read as
+// after a lost INSERT: COMPLETED replays (or is a 422 under another
+// fingerprint), no record or an expired one is ErrTokenInvalid. A failed
+// execution rolls back, which puts the record back to ISSUED, so the
+// client's retry finds its token.
 //
 // # Round trips a token adds
 //
-// None on the paths that matter: the first use is UPDATE + BEGIN + business
-// + fence + COMMIT (the UPDATE replaces the INSERT), a replay UPDATE (0
-// rows) + SELECT = 2, as with any key. One SELECT (TokenValid) is added
+// None on the paths that matter: the first use is START TRANSACTION +
+// UPDATE, business, fence + COMMIT (the UPDATE replaces the INSERT), a
+// replay UPDATE (0 rows) + ROLLBACK and SELECT = 2, as with any key. One SELECT (TokenValid) is added
 // only when a request with a token fails body validation: the contract
 // checks the key before the body, so the token's validity is settled
 // first. Issuing a token is one INSERT.
@@ -126,36 +127,18 @@ func (e *Engine) TokenValid(ctx context.Context, scope, key string) (bool, error
 	return expiresAt.After(e.opts.Now()), nil
 }
 
-// claimToken is the token's arbiter, in place of insertClaim: one
-// autocommitted conditional UPDATE of the ISSUED record.
-func claimToken(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
-	n, err := db.Exec(ctx, gdb,
-		`UPDATE idempotency_records SET status = ?, owner = ?, lease_until = ?, request_hash = ?
+// beginTokenClaim is the token's arbiter, in place of beginClaim: START
+// TRANSACTION and one conditional UPDATE of the ISSUED record, in one round
+// trip. Its row lock keeps concurrent uses waiting until this transaction
+// ends; if it rolls back, the record is ISSUED again and the client's retry
+// finds its token.
+func beginTokenClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
+	n, err := db.ExecBatch(ctx, conn,
+		`START TRANSACTION; UPDATE idempotency_records SET status = ?, owner = ?, lease_until = ?, request_hash = ?
 		  WHERE key_hash = ? AND status = ? AND expires_at > ?`,
 		statusProcessing, o[:], leaseUntil, req.Fingerprint.stored(), id[:], statusIssued, now)
-	switch {
-	case err == nil && n == 1:
-		return claimWon, nil
-	case err == nil:
-		return claimExists, nil
-	case db.IsLockWaitTimeout(err):
-		return claimLocked, nil
-	case db.IsDeadlock(err):
+	if err == nil && n[1] == 0 {
 		return claimExists, nil
 	}
-	return claimExists, fmt.Errorf("claim token %q: %w", req.Key, err)
-}
-
-// unclaimToken puts a failed execution's token back to ISSUED, owner
-// checked like release; reverted says whether our claim was there.
-func unclaimToken(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, o owner) (reverted bool, err error) {
-	var zero storedFingerprint
-	n, err := db.Exec(ctx, gdb,
-		`UPDATE idempotency_records SET status = ?, owner = NULL, lease_until = NULL, request_hash = ?
-		  WHERE key_hash = ? AND owner = ? AND status = ?`,
-		statusIssued, zero[:], id[:], o[:], statusProcessing)
-	if err != nil {
-		return false, fmt.Errorf("release token %q: %w", req.Key, err)
-	}
-	return n == 1, nil
+	return claimOutcome(req, err)
 }
