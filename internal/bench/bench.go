@@ -9,6 +9,9 @@
 //	nats       (f) callbacks through NATS JetStream against HTTP
 //	settle     (g) the daily settlement of a day's ledger, and callback
 //	           latency during it
+//	dbwork     (j) the database work per request: callbacks and orders
+//	           in today's design and in one commit, raw and over HTTP,
+//	           against the minimal deduplicating transaction
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -52,6 +55,9 @@ const (
 	// SectionDupStorm is the duplicate storm with and without the Redis
 	// pre-check (dupstorm.go).
 	SectionDupStorm = "dupstorm"
+	// SectionDBWork is the database work per request against the minimal
+	// transaction (dbwork.go, issue 18).
+	SectionDBWork = "dbwork"
 )
 
 var sectionAliases = map[string]string{
@@ -64,6 +70,7 @@ var sectionAliases = map[string]string{
 	"g": SectionNATS, SectionNATS: SectionNATS,
 	"h": SectionSettle, SectionSettle: SectionSettle,
 	"i": SectionDupStorm, SectionDupStorm: SectionDupStorm,
+	"j": SectionDBWork, SectionDBWork: SectionDBWork,
 }
 
 // Options are the command's flags.
@@ -94,7 +101,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -149,7 +156,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -189,6 +196,7 @@ type Report struct {
 	Broker     []BrokerComparison
 	Settle     *Settle
 	DupStorm   []DupStorm
+	DBWork     []DBWork
 }
 
 type bench struct {
@@ -230,7 +238,7 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 	b.header(rep.Machine, sc.cfg.DBName)
 
 	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
-		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] {
+		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] || !opts.Skip[SectionDBWork] {
 		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
 			return rep, err
 		}
@@ -359,6 +367,24 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 		rep.Settle = &st
 		printSettle(b.stdout, st)
 	}
+	if !b.opts.Skip[SectionDBWork] {
+		fmt.Fprintf(b.stdout, "\n== (j) database work per request, against the minimal deduplicating transaction; 1/3 duplicates (not in min) ==\n")
+		fmt.Fprintf(b.stdout, "  min:             BEGIN; INSERT INTO bench_min_keys (k) VALUES (random 12 bytes); COMMIT\n")
+		fmt.Fprintf(b.stdout, "  committed claim: as (a) and (c): claim INSERT; BEGIN; <business>; fence UPDATE; COMMIT — duplicate: claim (1062); SELECT\n")
+		fmt.Fprintf(b.stdout, "  one commit:      START TRANSACTION; claim INSERT | <business> | fence UPDATE; COMMIT — duplicate: START TRANSACTION; claim (1062) | ROLLBACK; SELECT  (| between round trips)\n")
+		fmt.Fprintf(b.stdout, "  <business>: callbacks payment INSERT, order UPDATE, ledger INSERT, order SELECT … FOR UPDATE, event INSERT; orders order INSERT\n")
+		fmt.Fprintf(b.stdout, "  RT = client round trips (service: see the round-trips section); the counters are global, so anything else the server runs meanwhile counts too\n")
+		status, err := sc.openRaw()
+		if err != nil {
+			return err
+		}
+		defer status.Close()
+		dw, err := b.dbWorkSection(ctx, raw, status, svc, supply, codec)
+		rep.DBWork = dw
+		if err != nil {
+			return fmt.Errorf("dbwork: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -455,6 +481,14 @@ func (b *bench) summary(rep *Report) {
 	if s := rep.Settle; s != nil {
 		fmt.Fprintf(w, "  settle    %d entries in %.2fs; callback p99 %sms → %sms during: %.2f× (%s)\n",
 			s.Entries, s.MedianSeconds, ms(s.BaselineP99), ms(s.SettleP99), s.P99Ratio, metMissed(s.Met))
+	}
+	for _, d := range rep.DBWork {
+		fmt.Fprintf(w, "  dbwork    N=%-3d min %8.1f ops/s p99 %6sms\n", d.N, d.Cells[0].Cell.MedianRate, ms(d.Cells[0].Cell.P99))
+		for _, c := range d.Cells[1:] {
+			t := dbWorkTarget(c.Workload)
+			fmt.Fprintf(w, "            %-9s %-15s %8.1f ops/s p99 %6sms | /min %.2f (≥ %.2f %s)\n",
+				c.Workload, c.Design, c.Cell.MedianRate, ms(c.Cell.P99), c.Ratio, t, metMissed(c.Ratio >= t))
+		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
 }

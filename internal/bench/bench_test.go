@@ -48,7 +48,7 @@ func TestQuickRun(t *testing.T) {
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
 		"== (d) storage", "== (e) purge under load", "== (f) outbox",
 		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
-		"== (i) duplicate storm", "== summary",
+		"== (i) duplicate storm", "== (j) database work per request", "== summary", "dbwork    N=",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -64,6 +64,34 @@ func TestQuickRun(t *testing.T) {
 	for _, c := range rep.DupStorm {
 		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.StatementsPerReq <= 0 {
 			t.Errorf("duplicate storm cell %+v", c)
+		}
+	}
+
+	if len(rep.DBWork) != len(opts.Ns) {
+		t.Errorf("dbwork: %d results, want one per N (%v)", len(rep.DBWork), opts.Ns)
+	}
+	for _, d := range rep.DBWork {
+		if len(d.Cells) != 7 || d.Cells[0].Workload != "min" || d.Cells[0].Ratio != 1 {
+			t.Fatalf("dbwork N=%d: cells %+v", d.N, d.Cells)
+		}
+		for _, c := range d.Cells {
+			name := c.Workload + " " + c.Design
+			if len(c.Cell.Rounds) != opts.Rounds || c.Cell.Errs != 0 || !(c.Cell.MedianRate > 0) || !(c.Cell.P99 > 0) || !(c.Ratio > 0) {
+				t.Errorf("dbwork N=%d %s: %d rounds, %d errors (first: %s), %v ops/s, p99 %v, ratio %v",
+					d.N, name, len(c.Cell.Rounds), c.Cell.Errs, c.Cell.FirstErr, c.Cell.MedianRate, c.Cell.P99, c.Ratio)
+			}
+			// Counters are global: other work on the server only adds.
+			for _, counter := range []string{"Questions", "Com_commit", "Handler_commit"} {
+				if !(c.PerOp[counter] > 0) {
+					t.Errorf("dbwork N=%d %s: %s per op = %v, want > 0", d.N, name, counter, c.PerOp[counter])
+				}
+			}
+			if c.Workload != "min" && !(c.Cell.ReplayP50 > 0) {
+				t.Errorf("dbwork N=%d %s: no replay measured", d.N, name)
+			}
+			if c.Design != designService && c.RoundTripsPerOp < 2 {
+				t.Errorf("dbwork N=%d %s: %v round trips per op", d.N, name, c.RoundTripsPerOp)
+			}
 		}
 	}
 

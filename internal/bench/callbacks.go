@@ -107,28 +107,47 @@ func rawCallbackFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
-		at := time.Now().UTC().Truncate(time.Microsecond)
-		if _, err := tx.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
-			amount, currency, at, at); err != nil {
-			return fmt.Errorf("payment: %w", err)
-		}
-		if err := execOne(ctx, tx, "order", sqlOrderPaid, "PAID", at, at, ev.orderNo, "CREATED", amount, currency); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
-			amount, currency, at); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		if err := rawOrderPaidEvent(ctx, tx, ev.orderNo, at); err != nil {
-			return err
-		}
-		format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
-			Body: callbackResponse(ev.orderNo)})
+		fence, err := callbackStatements(ctx, tx, codec, ev, id, owner)
 		if err != nil {
 			return err
 		}
-		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 200, format, blob, id, owner, statusProcessing)
+		return execOne(ctx, tx, "fence", sqlFence, fence...)
 	})
+}
+
+// sqlRunner is a transaction (*sql.Tx) or a connection in one (*sql.Conn,
+// the one-commit design of section (j)).
+type sqlRunner interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// callbackStatements are a first payment's business statements, between
+// the claim and the fence (payment INSERT, order UPDATE, ledger INSERT, the
+// outbox's locking read and event INSERT), and return the fence's
+// arguments: every design of the claim issues the same ones.
+func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, ev event, id, owner []byte) (fence []any, err error) {
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := q.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
+		amount, currency, at, at); err != nil {
+		return nil, fmt.Errorf("payment: %w", err)
+	}
+	if err := execOne(ctx, q, "order", sqlOrderPaid, "PAID", at, at, ev.orderNo, "CREATED", amount, currency); err != nil {
+		return nil, err
+	}
+	if _, err := q.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
+		amount, currency, at); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	if err := rawOrderPaidEvent(ctx, q, ev.orderNo, at); err != nil {
+		return nil, err
+	}
+	format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
+		Body: callbackResponse(ev.orderNo)})
+	if err != nil {
+		return nil, err
+	}
+	return []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
 }
 
 // inTx runs fn in one transaction, re-running it on deadlock as the engine
@@ -153,8 +172,8 @@ func inTx(ctx context.Context, raw *sql.DB, fn func(*sql.Tx) error) error {
 }
 
 // execOne runs a statement that must change exactly one row.
-func execOne(ctx context.Context, tx *sql.Tx, what, query string, args ...any) error {
-	res, err := tx.ExecContext(ctx, query, args...)
+func execOne(ctx context.Context, q sqlRunner, what, query string, args ...any) error {
+	res, err := q.ExecContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -176,6 +195,12 @@ func rawReplay(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, scope
 	if !db.IsDuplicate(err) {
 		return fmt.Errorf("replay claim: %w", err)
 	}
+	return loadCompleted(raw.QueryRowContext(ctx, sqlLoad, id), codec)
+}
+
+// loadCompleted reads a replay's record, as internal/idempotency's load
+// reads it, and checks that it holds a completed response.
+func loadCompleted(row *sql.Row, codec *idempotency.Codec) error {
 	var (
 		status                 int
 		hashB, owner, blob     []byte
@@ -183,8 +208,7 @@ func rawReplay(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, scope
 		expires                time.Time
 		respStatus, respFormat sql.NullInt32
 	)
-	err = raw.QueryRowContext(ctx, sqlLoad, id).Scan(&hashB, &status, &owner, &leaseUntil, &expires,
-		&respStatus, &respFormat, &blob)
+	err := row.Scan(&hashB, &status, &owner, &leaseUntil, &expires, &respStatus, &respFormat, &blob)
 	if err != nil {
 		return fmt.Errorf("replay load: %w", err)
 	}
@@ -236,7 +260,7 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 // §10): the order's locking read and the order.paid event's INSERT, its
 // data rendered as the service renders it (no merchant endpoint in this
 // section: delivery none).
-func rawOrderPaidEvent(ctx context.Context, tx *sql.Tx, orderNo string, at time.Time) error {
+func rawOrderPaidEvent(ctx context.Context, tx sqlRunner, orderNo string, at time.Time) error {
 	var (
 		o      orders.Order
 		mon    []byte

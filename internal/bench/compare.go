@@ -67,54 +67,70 @@ func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *si
 	cells := [2]*Cell{&c.Raw, &c.Service}
 	for r := 1; r <= b.opts.Rounds; r++ {
 		for i, sd := range []*side{raw, svc} {
-			p := plan{workers: n, warmup: b.opts.Warmup, duration: b.opts.Duration, count: b.opts.Count, label: sd.label}
-			if sd.prepare != nil {
-				if err := sd.prepare(ctx, b.expectedOps(p, sd.est)); err != nil {
-					return c, err
-				}
-			}
-			res := drive(ctx, p, sd.newOp)
-			if err := ctx.Err(); err != nil {
+			s, err := b.runRound(ctx, section, n, r, sd, cells[i], nil)
+			if err != nil {
 				return c, err
 			}
-			if res.rate() > sd.est {
-				sd.est = res.rate()
-			}
-			lat := sortedLatencies(res.samples, nil)
-			round := Round{Ops: res.ops, Errs: res.errs, Elapsed: res.elapsed, Rate: res.rate(),
-				P50: lat.p50(), P99: lat.p99(), Exhausted: res.exhausted}
-			cells[i].Rounds = append(cells[i].Rounds, round)
-			cells[i].Errs += res.errs
-			if res.firstErr != nil && cells[i].FirstErr == "" {
-				cells[i].FirstErr = res.firstErr.Error()
-			}
-			samples[i] = append(samples[i], res.samples...)
-			fmt.Fprintf(b.stderr, "%s N=%d round %d %-7s %8.1f ops/s  p50 %sms  p99 %sms  errors %d%s\n",
-				section, n, r, sd.name, round.Rate, ms(round.P50), ms(round.P99), res.errs, exhaustedNote(res.exhausted))
-			if res.ops == 0 {
-				return c, fmt.Errorf("%s N=%d %s: no operation succeeded (first error: %v)", section, n, sd.name, res.firstErr)
-			}
+			samples[i] = append(samples[i], s...)
 		}
 	}
 	for i, cell := range cells {
-		rates := make([]float64, len(cell.Rounds))
-		for j, r := range cell.Rounds {
-			rates[j] = r.Rate
-		}
-		cell.MedianRate = median(rates)
-		all := sortedLatencies(samples[i], nil)
-		first := sortedLatencies(samples[i], func(s sample) bool { return s.kind == kindFirst })
-		replay := sortedLatencies(samples[i], func(s sample) bool { return s.kind == kindReplay })
-		cell.Ops = len(all)
-		cell.P50, cell.P99, cell.Max = all.p50(), all.p99(), all.max()
-		cell.FirstP50, cell.FirstP99 = first.p50(), first.p99()
-		cell.ReplayP50, cell.ReplayP99 = replay.p50(), replay.p99()
+		cell.summarize(samples[i])
 	}
 	c.ThroughputRatio = ratio(c.Service.MedianRate, c.Raw.MedianRate)
 	c.P99Ratio = ratio(float64(c.Service.P99), float64(c.Raw.P99))
 	c.ThroughputMet = c.ThroughputRatio >= ThroughputTarget
 	c.P99Met = c.P99Ratio <= P99Target
 	return c, nil
+}
+
+// runRound runs one round of one side's cell, appends it to cell and
+// returns its samples. window, if not nil, is called when the measured
+// window opens and closes (plan.window).
+func (b *bench) runRound(ctx context.Context, section string, n, r int, sd *side, cell *Cell, window func(open bool)) ([]sample, error) {
+	p := plan{workers: n, warmup: b.opts.Warmup, duration: b.opts.Duration, count: b.opts.Count, label: sd.label, window: window}
+	if sd.prepare != nil {
+		if err := sd.prepare(ctx, b.expectedOps(p, sd.est)); err != nil {
+			return nil, err
+		}
+	}
+	res := drive(ctx, p, sd.newOp)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if res.rate() > sd.est {
+		sd.est = res.rate()
+	}
+	lat := sortedLatencies(res.samples, nil)
+	round := Round{Ops: res.ops, Errs: res.errs, Elapsed: res.elapsed, Rate: res.rate(),
+		P50: lat.p50(), P99: lat.p99(), Exhausted: res.exhausted}
+	cell.Rounds = append(cell.Rounds, round)
+	cell.Errs += res.errs
+	if res.firstErr != nil && cell.FirstErr == "" {
+		cell.FirstErr = res.firstErr.Error()
+	}
+	fmt.Fprintf(b.stderr, "%s N=%d round %d %-7s %8.1f ops/s  p50 %sms  p99 %sms  errors %d%s\n",
+		section, n, r, sd.name, round.Rate, ms(round.P50), ms(round.P99), res.errs, exhaustedNote(res.exhausted))
+	if res.ops == 0 {
+		return nil, fmt.Errorf("%s N=%d %s: no operation succeeded (first error: %v)", section, n, sd.name, res.firstErr)
+	}
+	return res.samples, nil
+}
+
+// summarize fills in the cell's figures over all its rounds' samples.
+func (cell *Cell) summarize(samples []sample) {
+	rates := make([]float64, len(cell.Rounds))
+	for j, r := range cell.Rounds {
+		rates[j] = r.Rate
+	}
+	cell.MedianRate = median(rates)
+	all := sortedLatencies(samples, nil)
+	first := sortedLatencies(samples, func(s sample) bool { return s.kind == kindFirst })
+	replay := sortedLatencies(samples, func(s sample) bool { return s.kind == kindReplay })
+	cell.Ops = len(all)
+	cell.P50, cell.P99, cell.Max = all.p50(), all.p99(), all.max()
+	cell.FirstP50, cell.FirstP99 = first.p50(), first.p99()
+	cell.ReplayP50, cell.ReplayP99 = replay.p50(), replay.p99()
 }
 
 // expectedOps bounds how many operations a cell can do, from the best

@@ -38,6 +38,12 @@ type plan struct {
 	count int
 	// label marks the workers' goroutines in CPU profiles ("side" = label).
 	label string
+	// window, if not nil, is called from its own goroutine when the
+	// measured window opens (true: the warm-up is over) and when it closes
+	// (false: the duration has passed, or with count, the workers have
+	// stopped), so that server counters can be read around exactly the
+	// operations measured.
+	window func(open bool)
 }
 
 // sample is one measured operation.
@@ -90,7 +96,23 @@ func drive(ctx context.Context, p plan, newOp func(worker int) opFunc) runResult
 		lastEnd   time.Time
 		wg        sync.WaitGroup
 		exhausted atomic.Bool
+		done      = make(chan struct{})
+		hook      sync.WaitGroup
 	)
+	if p.window != nil {
+		hook.Add(1)
+		go func() {
+			defer hook.Done()
+			waitUntil(ctx, ws, done)
+			p.window(true)
+			if p.count > 0 {
+				waitUntil(ctx, time.Time{}, done)
+			} else {
+				waitUntil(ctx, we, done)
+			}
+			p.window(false)
+		}()
+	}
 	for w := range p.workers {
 		op := newOp(w)
 		wg.Add(1)
@@ -160,6 +182,8 @@ func drive(ctx context.Context, p plan, newOp func(worker int) opFunc) runResult
 		}()
 	}
 	wg.Wait()
+	close(done)
+	hook.Wait()
 	res.ops = len(res.samples)
 	res.exhausted = exhausted.Load()
 	switch {
@@ -171,6 +195,22 @@ func drive(ctx context.Context, p plan, newOp func(worker int) opFunc) runResult
 		res.elapsed = p.duration
 	}
 	return res
+}
+
+// waitUntil returns at t (never, if t is zero), when done is closed or when
+// ctx ends, whichever comes first.
+func waitUntil(ctx context.Context, t time.Time, done <-chan struct{}) {
+	var at <-chan time.Time
+	if !t.IsZero() {
+		timer := time.NewTimer(time.Until(t))
+		defer timer.Stop()
+		at = timer.C
+	}
+	select {
+	case <-at:
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // latencies is a sorted set of durations.

@@ -52,23 +52,33 @@ func rawOrderFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, r
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
-		at := time.Now().UTC().Truncate(time.Microsecond)
-		o := orders.Order{
-			OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: rq.merchantOrderNo,
-			Status: orders.Created, Amount: amount, Currency: currency, Version: 1, CreatedAt: at, UpdatedAt: at,
-		}
-		if _, err := tx.ExecContext(ctx, sqlInsertOrder, o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo),
-			string(o.Status), o.Amount, o.Currency, o.RefundedAmount, o.PendingRefundAmount, o.Description,
-			o.Version, o.CreatedAt, o.UpdatedAt, nil, at.Add(2*time.Hour)); err != nil { // PAYSVC_ORDER_TTL's default
-			return fmt.Errorf("order: %w", err)
-		}
-		format, blob, err := codec.Encode(idempotency.Response{Status: 201, ContentType: "application/json",
-			Location: "/v1/orders/" + o.OrderNo, Body: orderResponse(o)})
+		fence, err := orderStatements(ctx, tx, codec, rq, id, owner)
 		if err != nil {
 			return err
 		}
-		return execOne(ctx, tx, "fence", sqlFence, statusCompleted, 201, format, blob, id, owner, statusProcessing)
+		return execOne(ctx, tx, "fence", sqlFence, fence...)
 	})
+}
+
+// orderStatements is a create's business statement, between the claim and
+// the fence (the order INSERT), and returns the fence's arguments.
+func orderStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, rq orderRequest, id, owner []byte) (fence []any, err error) {
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	o := orders.Order{
+		OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: rq.merchantOrderNo,
+		Status: orders.Created, Amount: amount, Currency: currency, Version: 1, CreatedAt: at, UpdatedAt: at,
+	}
+	if _, err := q.ExecContext(ctx, sqlInsertOrder, o.OrderNo, o.MerchantID, []byte(o.MerchantOrderNo),
+		string(o.Status), o.Amount, o.Currency, o.RefundedAmount, o.PendingRefundAmount, o.Description,
+		o.Version, o.CreatedAt, o.UpdatedAt, nil, at.Add(2*time.Hour)); err != nil { // PAYSVC_ORDER_TTL's default
+		return nil, fmt.Errorf("order: %w", err)
+	}
+	format, blob, err := codec.Encode(idempotency.Response{Status: 201, ContentType: "application/json",
+		Location: "/v1/orders/" + o.OrderNo, Body: orderResponse(o)})
+	if err != nil {
+		return nil, err
+	}
+	return []any{statusCompleted, 201, format, blob, id, owner, statusProcessing}, nil
 }
 
 // serviceOrderOp posts creates; a repeat must come back as a replayed 201.

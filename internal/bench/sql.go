@@ -55,3 +55,16 @@ const sqlOrderForUpdate = `SELECT order_no, merchant_id, merchant_order_no, stat
 // one event.
 const sqlInsertEvent = `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
 	`(?, ?, ?, ?, ?, ?, ?)`
+
+// The one-commit design of issue 18, as section (j) issues it: the claim
+// opens the business transaction in the same round trip, the fence closes
+// it with the only COMMIT, and a duplicate's claim (1062 inside the
+// transaction) is followed by one query that ends the transaction and
+// reads the record (go-sql-driver skips the ROLLBACK's empty result). The
+// engine being built joins the same constants the same way; until it lands
+// nothing checks these against it.
+const (
+	sqlBeginClaim   = "START TRANSACTION; " + sqlClaim
+	sqlFenceCommit  = sqlFence + "; COMMIT"
+	sqlRollbackLoad = "ROLLBACK; " + sqlLoad
+)
