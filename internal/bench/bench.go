@@ -312,14 +312,14 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionCallbacks] {
 		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
-		fmt.Fprintf(b.stdout, "  first delivery: claim INSERT; BEGIN; payment INSERT; order UPDATE; ledger INSERT; order SELECT … FOR UPDATE; event INSERT; fence UPDATE; COMMIT — duplicate: claim (1062) + SELECT\n")
+		fmt.Fprintf(b.stdout, "  first delivery: [START TRANSACTION; claim INSERT]; payment INSERT; order UPDATE; ledger INSERT; order SELECT … FOR UPDATE; event INSERT; [fence UPDATE; COMMIT] — duplicate: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
 		stopProfile, err := b.startCPUProfile()
 		if err != nil {
 			return err
 		}
 		for _, n := range b.opts.Ns {
 			rawSide := &side{name: "raw", label: "raw", prepare: supply.ensure,
-				newOp: func(int) opFunc { return rawCallbackOp(raw, codec, supply) }}
+				newOp: func(int) opFunc { return oneCommitCallbackOp(raw, codec, supply) }}
 			svcSide := &side{name: "service", label: "client", prepare: supply.ensure,
 				newOp: func(w int) opFunc { return serviceCallbackOp(svc, supply, w) }}
 			c, err := b.compare(ctx, SectionCallbacks, n, rawSide, svcSide)
@@ -337,9 +337,9 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionOrders] {
 		fmt.Fprintf(b.stdout, "\n== (c) POST /v1/orders: raw SQL vs paysvc over HTTP; 1/3 repeats (same Idempotency-Key and body) ==\n")
-		fmt.Fprintf(b.stdout, "  first: claim INSERT; BEGIN; order INSERT; fence UPDATE; COMMIT — repeat: claim (1062) + SELECT\n")
+		fmt.Fprintf(b.stdout, "  first: [START TRANSACTION; claim INSERT]; order INSERT; [fence UPDATE; COMMIT] — repeat: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
 		for _, n := range b.opts.Ns {
-			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return rawOrderOp(raw, codec) }}
+			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return oneCommitOrderOp(raw, codec) }}
 			svcSide := &side{name: "service", label: "client", newOp: func(int) opFunc { return serviceOrderOp(svc) }}
 			c, err := b.compare(ctx, SectionOrders, n, rawSide, svcSide)
 			if err != nil {

@@ -280,6 +280,13 @@ func TestSQLMatchesService(t *testing.T) {
 			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
 		}
 	}
+	// The batches join those statements as the engine joins them.
+	for _, join := range []string{`sqlBeginClaim = "START TRANSACTION; " + sqlClaim`,
+		`sqlFenceCommit = sqlFence + "; COMMIT"`, `sqlRollbackLoad = "ROLLBACK; " + sqlLoad`} {
+		if !strings.Contains(strings.Join(strings.Fields(idem), " "), join) {
+			t.Errorf("idempotency/store.go no longer has %s", join)
+		}
+	}
 	for _, frag := range []string{
 		"`UPDATE orders SET status = ?, version = version + 1, updated_at = ?`", "`, paid_at = ?`",
 		"` WHERE order_no = ? AND status = ?`", "` AND amount = ? AND currency = ?`",

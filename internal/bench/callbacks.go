@@ -69,8 +69,9 @@ func (m *mix[T]) succeeded(v T) {
 	m.head = (m.head + 1) % recentDelivered
 }
 
-// rawCallbackOp is the raw-SQL limit of a callback: exactly the statements
-// paysvc issues for a first delivery (claim; BEGIN, payment INSERT, order
+// rawCallbackOp is the raw-SQL limit of a callback in the design before
+// issue 18, a committed claim (section j's "committed claim" cell): the
+// statements paysvc issued then for a first delivery (claim; BEGIN, payment INSERT, order
 // UPDATE, ledger INSERT, the order's locking read and the order.paid event
 // INSERT of the outbox, fence, COMMIT = 9 round trips) and for a replay
 // (claim → 1062, SELECT = 2), with database/sql and no HTTP. Like the

@@ -470,6 +470,7 @@ var errFenceMissed = errors.New("BUG: the response did not fence the claim this 
 func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func, cs *conflicts) (Result, roundState, error) {
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
+	txCtx, deferred := db.WithDeferred(txCtx)
 	// If txCtx ends while fn stalls between statements, there is no
 	// statement for the driver to abandon, and the transaction would keep
 	// its row locks (the claim's among them) until fn came back. Close the
@@ -497,7 +498,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 			}
 		}
 		resp = r
-		return commitResponse(txCtx, conn, e.codec, req, id, o, r)
+		return commitResponse(txCtx, conn, e.codec, req, id, o, r, deferred)
 	}()
 	if err == nil {
 		return Result{Response: resp, Outcome: outcome}, answered, nil

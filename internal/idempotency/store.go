@@ -173,24 +173,26 @@ func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, n
 	return nil
 }
 
-// commitResponse stores the response and commits, in one round trip. The
-// WHERE names this request's owner and PROCESSING, and the statement must
-// change exactly that row: it cannot fail to, since the claim (or
-// take-over, or token claim) that opened this transaction holds the row's
-// lock until the COMMIT, but a batch cannot be stopped between its
-// statements, so it is checked after the fact and reported as the bug it
-// would be (errFenceMissed).
-func commitResponse(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response) error {
+// commitResponse sends the statements the business deferred (db.Deferred),
+// stores the response and commits, in one round trip. The response's
+// UPDATE names this request's owner and PROCESSING, and must change
+// exactly that row: it cannot fail to, since the claim (or take-over, or
+// token claim) that opened this transaction holds the row's lock until
+// the COMMIT, but a batch cannot be stopped between its statements, so it
+// is checked after the fact and reported as the bug it would be
+// (errFenceMissed).
+func commitResponse(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response, deferred *db.Deferred) error {
 	format, blob, err := c.Encode(resp)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
-	n, err := db.ExecBatch(ctx, tx, sqlFenceCommit,
+	query, args, fence := deferred.Prepend(sqlFenceCommit,
 		statusCompleted, resp.Status, format, blob, id[:], o[:], statusProcessing)
+	n, err := db.ExecBatch(ctx, tx, query, args...)
 	if err != nil {
 		return fmt.Errorf("store response and commit %q: %w", req.Key, err)
 	}
-	if n[0] != 1 {
+	if n[fence] != 1 {
 		return fmt.Errorf("store response for %q: %w", req.Key, errFenceMissed)
 	}
 	return nil

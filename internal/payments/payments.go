@@ -23,8 +23,16 @@
 //  4. ledger_entries: inserted last of the business rows, then the
 //     change's events (package events; a relay's claim skips locked rows
 //     and takes no gap locks, so it never makes that insert wait);
-//  5. idempotency_records: the engine's fence UPDATE ends every business
-//     transaction (the claim before it is autocommitted and holds nothing).
+//  5. idempotency_records: the engine's response UPDATE ends every business
+//     transaction. Its row is the request's own key, claimed by the
+//     transaction's first statement: out of order, but harmless, since the
+//     only transactions that ever wait for that row are the key's
+//     duplicates, and they wait at their own first statement, before they
+//     hold any lock at all.
+//
+// The ledger entry and the events travel in the batch that ends the
+// transaction (db.Deferred), in the order they were issued: still last of
+// the business rows.
 //
 // Why: two transactions that take locks in one order can only queue, never
 // wait on each other in a cycle. A deadlock (1213) is retried by the
