@@ -21,12 +21,14 @@ import (
 // minimal deduplicating transaction. A Galera cluster replicates every
 // write to every node, so instances scale out and the database does not:
 // what a request costs the server (statements, commits, redo log writes
-// and flushes, lock waits) is what limits a deployment. Seven cells per N,
+// and flushes, lock waits) is what limits a deployment. Eight cells per N,
 // interleaved round after round like the other sections:
 //
-//	min        BEGIN; INSERT key; COMMIT (database/sql: 3 round trips, 1 commit)
-//	callbacks  raw, committed claim (today's engine), raw, one commit (the
-//	           engine being built), and the service over HTTP
+//	min        BEGIN; INSERT key; COMMIT (database/sql: 3 round trips, 1
+//	           commit), and BEGIN; 7 × INSERT key; COMMIT: a first
+//	           callback's number of statements, each of the cheapest kind
+//	callbacks  raw, committed claim (the engine before issue 18), raw, one
+//	           commit (the engine now), and the service over HTTP
 //	orders     the same three
 //
 // Around each cell's measured window the server's global counters are
@@ -41,6 +43,7 @@ const (
 // Designs of a section (j) cell.
 const (
 	designMin       = "minimal tx"
+	designMinWide   = "9 statements"
 	designCommitted = "committed claim"
 	designOneCommit = "one commit"
 	designService   = "service (HTTP)"
@@ -113,7 +116,12 @@ func (b *bench) dbWorkSection(ctx context.Context, raw, status *sql.DB, svc *ser
 	for _, n := range b.opts.Ns {
 		sides := []dbWorkSide{
 			{"min", designMin, 3, 1, 0, &side{name: "min", label: "raw",
-				newOp: func(int) opFunc { return minOp(raw) }}},
+				newOp: func(int) opFunc { return minOp(raw, 1) }}},
+			// As many statements as a first callback, each as cheap as
+			// the minimal one: what statements cost apart from what they
+			// do.
+			{"min", designMinWide, 9, 1, 0, &side{name: "min-9", label: "raw",
+				newOp: func(int) opFunc { return minOp(raw, 7) }}},
 			{"callbacks", designCommitted, 9, 2, 2, &side{name: "cb-2c", label: "raw", prepare: supply.ensure,
 				newOp: func(int) opFunc { return rawCallbackOp(raw, codec, supply) }}},
 			{"callbacks", designOneCommit, 7, 1, 2, &side{name: "cb-1c", label: "raw", prepare: supply.ensure,
@@ -232,20 +240,23 @@ func globalStatus(ctx context.Context, status *sql.DB) (map[string]int64, error)
 }
 
 // minOp is the minimal deduplicating transaction: a random key inserted
-// in a transaction of its own, through database/sql as the raw cells are.
-func minOp(raw *sql.DB) opFunc {
+// in a transaction of its own, through database/sql as the raw cells are;
+// with inserts > 1, as many keys, one statement each.
+func minOp(raw *sql.DB, inserts int) opFunc {
 	r := newRand()
 	return func(ctx context.Context) (opKind, error) {
-		k := make([]byte, 12)
-		binary.LittleEndian.PutUint64(k, r.Uint64())
-		binary.LittleEndian.PutUint32(k[8:], r.Uint32())
 		tx, err := raw.BeginTx(ctx, nil)
 		if err != nil {
 			return kindFirst, fmt.Errorf("begin: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, sqlInsertMinKey, k); err != nil {
-			_ = tx.Rollback()
-			return kindFirst, fmt.Errorf("insert key: %w", err)
+		for range inserts {
+			k := make([]byte, 12)
+			binary.LittleEndian.PutUint64(k, r.Uint64())
+			binary.LittleEndian.PutUint32(k[8:], r.Uint32())
+			if _, err := tx.ExecContext(ctx, sqlInsertMinKey, k); err != nil {
+				_ = tx.Rollback()
+				return kindFirst, fmt.Errorf("insert key: %w", err)
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return kindFirst, fmt.Errorf("commit: %w", err)
