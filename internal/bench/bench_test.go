@@ -148,8 +148,15 @@ func TestQuickRun(t *testing.T) {
 	if o := rep.Outbox; o == nil {
 		t.Error("no outbox result")
 	} else {
-		if len(o.Callbacks) != len(opts.Ns) || len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
-			t.Errorf("outbox: %d comparisons, %d relay rounds, median %v", len(o.Callbacks), len(o.Relay), o.RelayMed)
+		if len(o.Callbacks) != len(opts.Ns) || len(o.Written) != len(opts.Ns) || len(o.WrittenRatio) != len(opts.Ns) ||
+			len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
+			t.Errorf("outbox: %d comparisons, %d written-only cells, %d relay rounds, median %v", len(o.Callbacks),
+				len(o.Written), len(o.Relay), o.RelayMed)
+		}
+		for i, c := range o.Written {
+			if c.Errs != 0 || c.Ops == 0 || i >= len(o.WrittenRatio) || !(o.WrittenRatio[i] > 0) {
+				t.Errorf("outbox written-only cell %d: %d ops, errors %d (first: %s)", i, c.Ops, c.Errs, c.FirstErr)
+			}
 		}
 		for _, c := range o.Callbacks {
 			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {

@@ -63,19 +63,35 @@ type side struct {
 
 func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *side) (Comparison, error) {
 	c := Comparison{Section: section, N: n}
-	var samples [2][]sample
-	cells := [2]*Cell{&c.Raw, &c.Service}
+	cells, err := b.compareSides(ctx, section, n, raw, svc)
+	if err != nil {
+		return c, err
+	}
+	c.Raw, c.Service = cells[0], cells[1]
+	c.ThroughputRatio = ratio(c.Service.MedianRate, c.Raw.MedianRate)
+	c.P99Ratio = ratio(float64(c.Service.P99), float64(c.Raw.P99))
+	c.ThroughputMet = c.ThroughputRatio >= ThroughputTarget
+	c.P99Met = c.P99Ratio <= P99Target
+	return c, nil
+}
+
+// compareSides runs each side once per round, in turn within the round
+// (so that a change in the machine's load touches every side alike), and
+// returns one cell per side, in the order given.
+func (b *bench) compareSides(ctx context.Context, section string, n int, sides ...*side) ([]Cell, error) {
+	samples := make([][]sample, len(sides))
+	cells := make([]Cell, len(sides))
 	for r := 1; r <= b.opts.Rounds; r++ {
-		for i, sd := range []*side{raw, svc} {
+		for i, sd := range sides {
 			p := plan{workers: n, warmup: b.opts.Warmup, duration: b.opts.Duration, count: b.opts.Count, label: sd.label}
 			if sd.prepare != nil {
 				if err := sd.prepare(ctx, b.expectedOps(p, sd.est)); err != nil {
-					return c, err
+					return cells, err
 				}
 			}
 			res := drive(ctx, p, sd.newOp)
 			if err := ctx.Err(); err != nil {
-				return c, err
+				return cells, err
 			}
 			if res.rate() > sd.est {
 				sd.est = res.rate()
@@ -92,11 +108,12 @@ func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *si
 			fmt.Fprintf(b.stderr, "%s N=%d round %d %-7s %8.1f ops/s  p50 %sms  p99 %sms  errors %d%s\n",
 				section, n, r, sd.name, round.Rate, ms(round.P50), ms(round.P99), res.errs, exhaustedNote(res.exhausted))
 			if res.ops == 0 {
-				return c, fmt.Errorf("%s N=%d %s: no operation succeeded (first error: %v)", section, n, sd.name, res.firstErr)
+				return cells, fmt.Errorf("%s N=%d %s: no operation succeeded (first error: %v)", section, n, sd.name, res.firstErr)
 			}
 		}
 	}
-	for i, cell := range cells {
+	for i := range cells {
+		cell := &cells[i]
 		rates := make([]float64, len(cell.Rounds))
 		for j, r := range cell.Rounds {
 			rates[j] = r.Rate
@@ -110,11 +127,7 @@ func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *si
 		cell.FirstP50, cell.FirstP99 = first.p50(), first.p99()
 		cell.ReplayP50, cell.ReplayP99 = replay.p50(), replay.p99()
 	}
-	c.ThroughputRatio = ratio(c.Service.MedianRate, c.Raw.MedianRate)
-	c.P99Ratio = ratio(float64(c.Service.P99), float64(c.Raw.P99))
-	c.ThroughputMet = c.ThroughputRatio >= ThroughputTarget
-	c.P99Met = c.P99Ratio <= P99Target
-	return c, nil
+	return cells, nil
 }
 
 // expectedOps bounds how many operations a cell can do, from the best
