@@ -254,6 +254,7 @@ func TestSQLMatchesService(t *testing.T) {
 	for name, c := range map[string]struct{ src, sql string }{
 		"claim": {idem, sqlClaim}, "load": {idem, sqlLoad}, "fence": {idem, sqlFence},
 		"payment": {pay, sqlInsertPayment}, "ledger": {pay, sqlInsertLedger}, "order insert": {ord, sqlInsertOrder},
+		"order select": {ord, sqlSelectOrder},
 	} {
 		if !strings.Contains(c.src, "`"+c.sql+"`") {
 			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
@@ -262,6 +263,8 @@ func TestSQLMatchesService(t *testing.T) {
 	for _, frag := range []string{
 		"`UPDATE orders SET status = ?, version = version + 1, updated_at = ?`", "`, paid_at = ?`",
 		"` WHERE order_no = ? AND status = ?`", "` AND amount = ? AND currency = ?`",
+		// Transition.ApplyAndGet: the read that follows the UPDATE.
+		"q+`; `+selectOrder+` WHERE order_no = ? AND ROW_COUNT() > 0`",
 	} {
 		if !strings.Contains(ord, frag) {
 			t.Errorf("order transition: orders/store.go no longer has %s", frag)

@@ -71,8 +71,9 @@ func (m *mix[T]) succeeded(v T) {
 
 // rawCallbackOp is the raw-SQL limit of a callback: exactly the statements
 // paysvc issues for a first delivery (claim; BEGIN, payment INSERT, order
-// UPDATE, ledger INSERT, the order's locking read and the order.paid event
-// INSERT of the outbox, fence, COMMIT = 9 round trips) and for a replay
+// UPDATE with the read of the row it left in the same round trip, ledger
+// INSERT, the order.paid event INSERT of the outbox, fence, COMMIT = 8
+// round trips) and for a replay
 // (claim → 1062, SELECT = 2), with database/sql and no HTTP. Like the
 // service, it hashes the key and the request and encodes the response it
 // stores (codec): the bytes the server receives are the service's.
@@ -112,14 +113,15 @@ func rawCallbackFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec
 			amount, currency, at, at); err != nil {
 			return fmt.Errorf("payment: %w", err)
 		}
-		if err := execOne(ctx, tx, "order", sqlOrderPaid, "PAID", at, at, ev.orderNo, "CREATED", amount, currency); err != nil {
+		o, err := rawOrderPaid(ctx, tx, ev.orderNo, at)
+		if err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
 			amount, currency, at); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if err := rawOrderPaidEvent(ctx, tx, ev.orderNo, at); err != nil {
+		if err := rawOrderPaidEvent(ctx, tx, o, at); err != nil {
 			return err
 		}
 		format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
@@ -232,25 +234,34 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 	}
 }
 
-// rawOrderPaidEvent is the outbox's part of a first payment (CONTRACT
-// §10): the order's locking read and the order.paid event's INSERT, its
-// data rendered as the service renders it (no merchant endpoint in this
-// section: delivery none).
-func rawOrderPaidEvent(ctx context.Context, tx *sql.Tx, orderNo string, at time.Time) error {
+// rawOrderPaid is the order's CREATED → PAID and the read of the row it
+// left (for the event), in one round trip, as the service sends them.
+func rawOrderPaid(ctx context.Context, tx *sql.Tx, orderNo string, at time.Time) (orders.Order, error) {
 	var (
-		o      orders.Order
-		mon    []byte
-		paidAt sql.NullTime
+		o             orders.Order
+		mon           []byte
+		paidAt, expAt sql.NullTime
 	)
-	if err := tx.QueryRowContext(ctx, sqlOrderForUpdate, orderNo).Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status,
-		&o.Amount, &o.Currency, &o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version,
-		&o.CreatedAt, &o.UpdatedAt, &paidAt); err != nil {
-		return fmt.Errorf("order for the event: %w", err)
+	err := tx.QueryRowContext(ctx, sqlOrderPaidAndGet, "PAID", at, at, orderNo, "CREATED", amount, currency, orderNo).
+		Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status, &o.Amount, &o.Currency, &o.RefundedAmount,
+			&o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt, &expAt)
+	if err != nil {
+		return o, fmt.Errorf("order: %w", err)
 	}
 	o.MerchantOrderNo = string(mon)
 	if paidAt.Valid {
 		o.PaidAt = &paidAt.Time
 	}
+	if expAt.Valid {
+		o.ExpiresAt = &expAt.Time
+	}
+	return o, nil
+}
+
+// rawOrderPaidEvent is the outbox's part of a first payment (CONTRACT
+// §10): the order.paid event's INSERT, its data rendered as the service
+// renders it (no merchant endpoint in this section: delivery none).
+func rawOrderPaidEvent(ctx context.Context, tx *sql.Tx, o orders.Order, at time.Time) error {
 	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
 	if _, err := tx.ExecContext(ctx, sqlInsertEvent, events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data,
 		events.DeliveryNone, nil); err != nil {

@@ -14,7 +14,9 @@ import (
 // and in doc.go true. With a pool of one connection, every statement of a
 // request goes over the same session, and the server's session counter of
 // statements ("Questions", which counts BEGIN and COMMIT too) tells how many
-// round trips the request cost.
+// statements the request cost: its round trips, but for the statements a
+// multi-statement query sends together, which Questions counts one by one
+// (the cases say where).
 func TestRoundTripsPerRequest(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -63,9 +65,10 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"create order, replay", 2, func() { must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders", "rt-1", body)) }},
 		// one SELECT
 		{"get order", 1, func() { must(http.StatusOK)(s.merchant(ctx, "GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
-		// claim, BEGIN, payment INSERT, order UPDATE, ledger INSERT, the
-		// order's locking read and the order.paid INSERT (the outbox,
-		// CONTRACT §10), fence, COMMIT
+		// claim, BEGIN, payment INSERT, order UPDATE and the read of the
+		// order it left (one round trip, Transition.ApplyAndGet), ledger
+		// INSERT, the order.paid INSERT (the outbox, CONTRACT §10), fence,
+		// COMMIT: 9 statements in 8 round trips
 		{"payment callback, first", 9, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},

@@ -68,13 +68,9 @@ func (r *Recorder) OrderClosed(ctx context.Context, tx *gorm.DB, o orders.Order,
 	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: r.enc.Order(o), Reason: reason}}})
 }
 
-// OrderPaid records order.paid with the order as the transaction has just
-// made it: a locking read, on the row tx already holds.
-func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, orderNo string) error {
-	o, err := orders.GetForUpdate(ctx, tx, orderNo)
-	if err != nil {
-		return fmt.Errorf("order.paid event: %w", err)
-	}
+// OrderPaid records order.paid; o is the order as the transaction has
+// just made it (read back with its UPDATE).
+func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, o orders.Order) error {
 	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: r.enc.Order(o)}}})
 }
 
