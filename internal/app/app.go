@@ -46,6 +46,7 @@ type App struct {
 	now      func() time.Time
 	timeouts HTTPTimeouts
 	notify   *notifications // events and their relay (outbox.go)
+	noRelay  bool           // Options.NoRelay
 	calls    *outbox.Relay  // calls to providers (providers.go); nil without PAYSVC_PROVIDER_API
 	// orders and providers serve the order sweep (sweep.go).
 	orders    *orders.Service
@@ -69,6 +70,11 @@ type Options struct {
 	// NoEvents builds the service without its outbox: no events are
 	// written (cmd/bench measures what the outbox costs against it).
 	NoEvents bool
+	// NoRelay makes Serve run no notification relay: events are written
+	// but this instance delivers none (cmd/bench splits the outbox's cost
+	// into its writes and its deliveries; an instance that does not relay
+	// also leaves another's pending events alone).
+	NoRelay bool
 	// RefundNo replaces the refund number generator (tests of events
 	// that arrive before their refund).
 	RefundNo func() string
@@ -184,7 +190,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, precheck: pre, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
-		orders: ordersSvc, providers: registry}, nil
+		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry}, nil
 }
 
 // reserveConns sizes the reserve pool: releases and readiness pings are
@@ -388,7 +394,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer func() { stopPurge(); <-purgeDone }()
 	go func() { defer close(purgeDone); a.purgeLoop(purgeCtx) }()
-	if a.notify != nil {
+	if a.notify != nil && !a.noRelay {
 		// The relay stops with the purge loop. Events still pending then
 		// stay due in the table: another instance, or this one after a
 		// restart, delivers them.

@@ -176,8 +176,15 @@ func TestQuickRun(t *testing.T) {
 	if o := rep.Outbox; o == nil {
 		t.Error("no outbox result")
 	} else {
-		if len(o.Callbacks) != len(opts.Ns) || len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
-			t.Errorf("outbox: %d comparisons, %d relay rounds, median %v", len(o.Callbacks), len(o.Relay), o.RelayMed)
+		if len(o.Callbacks) != len(opts.Ns) || len(o.Written) != len(opts.Ns) || len(o.WrittenRatio) != len(opts.Ns) ||
+			len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
+			t.Errorf("outbox: %d comparisons, %d written-only cells, %d relay rounds, median %v", len(o.Callbacks),
+				len(o.Written), len(o.Relay), o.RelayMed)
+		}
+		for i, c := range o.Written {
+			if c.Errs != 0 || c.Ops == 0 || i >= len(o.WrittenRatio) || !(o.WrittenRatio[i] > 0) {
+				t.Errorf("outbox written-only cell %d: %d ops, errors %d (first: %s)", i, c.Ops, c.Errs, c.FirstErr)
+			}
 		}
 		for _, c := range o.Callbacks {
 			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {
@@ -275,6 +282,7 @@ func TestSQLMatchesService(t *testing.T) {
 	for name, c := range map[string]struct{ src, sql string }{
 		"claim": {idem, sqlClaim}, "load": {idem, sqlLoad}, "fence": {idem, sqlFence},
 		"payment": {pay, sqlInsertPayment}, "ledger": {pay, sqlInsertLedger}, "order insert": {ord, sqlInsertOrder},
+		"order select": {ord, sqlSelectOrder},
 	} {
 		if !strings.Contains(c.src, "`"+c.sql+"`") {
 			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
@@ -290,6 +298,8 @@ func TestSQLMatchesService(t *testing.T) {
 	for _, frag := range []string{
 		"`UPDATE orders SET status = ?, version = version + 1, updated_at = ?`", "`, paid_at = ?`",
 		"` WHERE order_no = ? AND status = ?`", "` AND amount = ? AND currency = ?`",
+		// Transition.ApplyAndGet: the read that follows the UPDATE.
+		"q+`; `+selectOrder+` WHERE order_no = ? AND ROW_COUNT() > 0`",
 	} {
 		if !strings.Contains(ord, frag) {
 			t.Errorf("order transition: orders/store.go no longer has %s", frag)

@@ -151,6 +151,54 @@ func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Cod
 	return []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
 }
 
+// oneCommitCallbackStatements are a first payment's business statements as
+// the service sends them since issue 18: payment INSERT, then the order's
+// UPDATE and the read of the row it left in one round trip
+// (Transition.ApplyAndGet), and, deferred to the batch that stores the
+// response and commits (db.Deferred), the ledger INSERT and the order.paid
+// event's INSERT.
+func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event, id, owner []byte) (deferred []stmt, fence []any, err error) {
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := conn.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
+		amount, currency, at, at); err != nil {
+		return nil, nil, fmt.Errorf("payment: %w", err)
+	}
+	var (
+		o             orders.Order
+		mon           []byte
+		paidAt, expAt sql.NullTime
+	)
+	if err := conn.QueryRowContext(ctx, sqlOrderPaidAndGet, "PAID", at, at, ev.orderNo, "CREATED", amount, currency, ev.orderNo).
+		Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status, &o.Amount, &o.Currency, &o.RefundedAmount,
+			&o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt, &expAt); err != nil {
+		return nil, nil, fmt.Errorf("order: %w", err)
+	}
+	o.MerchantOrderNo = string(mon)
+	if paidAt.Valid {
+		o.PaidAt = &paidAt.Time
+	}
+	if expAt.Valid {
+		o.ExpiresAt = &expAt.Time
+	}
+	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
+	format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
+		Body: callbackResponse(ev.orderNo)})
+	if err != nil {
+		return nil, nil, err
+	}
+	deferred = []stmt{
+		{sqlInsertLedger, []any{provider, "payment", ev.txn, ev.orderNo, amount, currency, at}},
+		{sqlInsertEvent, []any{events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data, events.DeliveryNone, nil}},
+	}
+	return deferred, []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
+}
+
+// stmt is a statement deferred to the batch that commits.
+type stmt struct {
+	query string
+	args  []any
+}
+
 // inTx runs fn in one transaction, re-running it on deadlock as the engine
 // does.
 func inTx(ctx context.Context, raw *sql.DB, fn func(*sql.Tx) error) error {
@@ -257,17 +305,25 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 	}
 }
 
+// sqlOrderForUpdateBefore is the locking read of the order that the
+// service issued before issue 18 to render order.paid (Transition.ApplyAndGet
+// reads it with its UPDATE now): the "committed claim" cell sends what the
+// service sent then.
+const sqlOrderForUpdateBefore = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
+       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
+  FROM orders WHERE order_no = ? FOR UPDATE`
+
 // rawOrderPaidEvent is the outbox's part of a first payment (CONTRACT
-// §10): the order's locking read and the order.paid event's INSERT, its
-// data rendered as the service renders it (no merchant endpoint in this
-// section: delivery none).
+// §10) before issue 18: the order's locking read and the order.paid
+// event's INSERT, its data rendered as the service renders it (no
+// merchant endpoint in this section: delivery none).
 func rawOrderPaidEvent(ctx context.Context, tx sqlRunner, orderNo string, at time.Time) error {
 	var (
 		o      orders.Order
 		mon    []byte
 		paidAt sql.NullTime
 	)
-	if err := tx.QueryRowContext(ctx, sqlOrderForUpdate, orderNo).Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status,
+	if err := tx.QueryRowContext(ctx, sqlOrderForUpdateBefore, orderNo).Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status,
 		&o.Amount, &o.Currency, &o.RefundedAmount, &o.PendingRefundAmount, &o.Description, &o.Version,
 		&o.CreatedAt, &o.UpdatedAt, &paidAt); err != nil {
 		return fmt.Errorf("order for the event: %w", err)

@@ -63,25 +63,37 @@ type side struct {
 
 func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *side) (Comparison, error) {
 	c := Comparison{Section: section, N: n}
-	var samples [2][]sample
-	cells := [2]*Cell{&c.Raw, &c.Service}
-	for r := 1; r <= b.opts.Rounds; r++ {
-		for i, sd := range []*side{raw, svc} {
-			s, err := b.runRound(ctx, section, n, r, sd, cells[i], nil)
-			if err != nil {
-				return c, err
-			}
-			samples[i] = append(samples[i], s...)
-		}
+	cells, err := b.compareSides(ctx, section, n, raw, svc)
+	if err != nil {
+		return c, err
 	}
-	for i, cell := range cells {
-		cell.summarize(samples[i])
-	}
+	c.Raw, c.Service = cells[0], cells[1]
 	c.ThroughputRatio = ratio(c.Service.MedianRate, c.Raw.MedianRate)
 	c.P99Ratio = ratio(float64(c.Service.P99), float64(c.Raw.P99))
 	c.ThroughputMet = c.ThroughputRatio >= ThroughputTarget
 	c.P99Met = c.P99Ratio <= P99Target
 	return c, nil
+}
+
+// compareSides runs each side once per round, in turn within the round
+// (so that a change in the machine's load touches every side alike), and
+// returns one cell per side, in the order given.
+func (b *bench) compareSides(ctx context.Context, section string, n int, sides ...*side) ([]Cell, error) {
+	samples := make([][]sample, len(sides))
+	cells := make([]Cell, len(sides))
+	for r := 1; r <= b.opts.Rounds; r++ {
+		for i, sd := range sides {
+			s, err := b.runRound(ctx, section, n, r, sd, &cells[i], nil)
+			if err != nil {
+				return cells, err
+			}
+			samples[i] = append(samples[i], s...)
+		}
+	}
+	for i := range cells {
+		cells[i].summarize(samples[i])
+	}
+	return cells, nil
 }
 
 // runRound runs one round of one side's cell, appends it to cell and

@@ -32,10 +32,18 @@ const (
 
 // Outbox is what section (f) measured.
 type Outbox struct {
-	Callbacks []Comparison // Raw = without the outbox, Service = with it
-	Relay     []float64    // events/s per round
-	RelayMed  float64
-	RelayN    int
+	// Callbacks, one per N: Raw = without the outbox, Service = with it
+	// (events written, and the relay delivering them meanwhile). The
+	// target compares these two.
+	Callbacks []Comparison
+	// Written, one per N as Callbacks: events written but no relay running
+	// (no endpoint, so none to deliver), and its median throughput over
+	// "without": the cost of the writes alone.
+	Written      []Cell
+	WrittenRatio []float64
+	Relay        []float64 // events/s per round
+	RelayMed     float64
+	RelayN       int
 }
 
 // receiverServer answers every POST 204 at once and counts them.
@@ -64,16 +72,16 @@ func startReceiver() (*receiverServer, error) {
 const notifySecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // outboxSection runs (f): payment callbacks through a service without
-// the outbox against one with it (events written, and the relay running
-// and delivering them to a local receiver while the callbacks run), then
-// the relay alone draining a backlog.
+// the outbox, one that writes the events but runs no relay, and one that
+// writes them and runs the relay delivering them to a local receiver while
+// the callbacks run; then the relay alone draining a backlog.
 func (b *bench) outboxSection(ctx context.Context, raw *sql.DB, sc *scratch) (out Outbox, err error) {
 	rcv, err := startReceiver()
 	if err != nil {
 		return out, err
 	}
 	defer rcv.srv.Close()
-	if out.Callbacks, err = b.outboxCallbacks(ctx, raw, sc, rcv); err != nil {
+	if err = b.outboxCallbacks(ctx, raw, sc, rcv, &out); err != nil {
 		return out, err
 	}
 
@@ -101,44 +109,60 @@ func (b *bench) outboxSection(ctx context.Context, raw *sql.DB, sc *scratch) (ou
 	return out, nil
 }
 
-// outboxCallbacks compares callbacks without and with the outbox, one
-// comparison per N.
-func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer) (cs []Comparison, err error) {
+// outboxCallbacks compares callbacks without the outbox, with its writes
+// only and with its relay too, one set of cells per N.
+func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer, out *Outbox) error {
 	maxN := slices.Max(b.opts.Ns)
-	// Two services run at once here: each gets a pool just above the
-	// largest N rather than the default 32, so that the pair stays well
-	// within the server's max_connections (151 on MariaDB) while other
-	// tests share the server; both sides alike, so the comparison holds.
+	// Three services run at once here: each gets a pool just above the
+	// largest N rather than the default 32, so that they stay well within
+	// the server's max_connections (151 on MariaDB) while other tests share
+	// the server; all sides alike, so the comparison holds.
 	conns := min(32, maxN+8)
-	plain, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) { c.DBMaxConns = conns }, app.Options{NoEvents: true})
+	tune := func(c *config.Config) { c.DBMaxConns = conns }
+	// Only the service with the relay relays: a relay in the others would
+	// claim its pending events too (and fail them, having no endpoint).
+	plain, err := startServiceWith(ctx, sc.dsn, maxN, tune, app.Options{NoEvents: true, NoRelay: true})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = plain.stop() }()
-	withOutbox, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) {
+	// No endpoint: its events are written with delivery "none", the same
+	// INSERT as a pending one but for next_attempt_at, and nothing is left
+	// for the relay of the third service to deliver.
+	written, err := startServiceWith(ctx, sc.dsn, maxN, tune, app.Options{NoRelay: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = written.stop() }()
+	withRelay, err := startServiceWith(ctx, sc.dsn, maxN, func(c *config.Config) {
 		c.DBMaxConns = conns
 		c.Notify.Endpoints = map[string]config.Endpoint{merchantID: {URL: rcv.url, Secrets: []string{notifySecret}}}
 	}, app.Options{})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer func() { _ = withOutbox.stop() }()
+	defer func() { _ = withRelay.stop() }()
 	supply := &orderSupply{raw: raw}
+	newSide := func(name string, s *service) *side {
+		return &side{name: name, label: "client", prepare: supply.ensure,
+			newOp: func(w int) opFunc { return serviceCallbackOp(s, supply, w) }}
+	}
 	for _, n := range b.opts.Ns {
-		without := &side{name: "without", label: "client", prepare: supply.ensure,
-			newOp: func(w int) opFunc { return serviceCallbackOp(plain, supply, w) }}
-		with := &side{name: "with", label: "client", prepare: supply.ensure,
-			newOp: func(w int) opFunc { return serviceCallbackOp(withOutbox, supply, w) }}
-		c, err := b.compare(ctx, "outbox", n, without, with)
+		cells, err := b.compareSides(ctx, "outbox", n, newSide("without", plain), newSide("written", written), newSide("with", withRelay))
 		if err != nil {
-			return cs, fmt.Errorf("callbacks with/without the outbox: %w", err)
+			return fmt.Errorf("callbacks with/without the outbox: %w", err)
 		}
+		c := Comparison{Section: "outbox", N: n, Raw: cells[0], Service: cells[2],
+			ThroughputRatio: ratio(cells[2].MedianRate, cells[0].MedianRate),
+			P99Ratio:        ratio(float64(cells[2].P99), float64(cells[0].P99))}
 		c.ThroughputMet = c.ThroughputRatio >= OutboxThroughputTarget
-		cs = append(cs, c)
-		printOutboxComparison(b.stdout, c)
+		out.Callbacks = append(out.Callbacks, c)
+		out.Written = append(out.Written, cells[1])
+		out.WrittenRatio = append(out.WrittenRatio, ratio(cells[1].MedianRate, cells[0].MedianRate))
+		printOutboxComparison(b.stdout, c, cells[1])
 	}
 	fmt.Fprintf(b.stdout, "  the receiver got %d notifications during the callback cells\n", rcv.hits.Load())
-	return cs, nil
+	return nil
 }
 
 // relayRound inserts n pending events and times one relay draining them.
@@ -213,17 +237,24 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 	return float64(n) / elapsed.Seconds(), nil
 }
 
-func printOutboxComparison(w io.Writer, c Comparison) {
-	fmt.Fprintf(w, "\nN = %d workers\n", c.N)
-	fmt.Fprintf(w, "  %-7s %12s %12s %8s   %8s %8s\n", "round", "without/s", "with/s", "ratio", "w/o p99", "with p99")
+// printOutboxComparison writes one N's cells: without the outbox, with
+// its writes only (written), with its writes and the relay (with), and the
+// ratio of each to "without".
+func printOutboxComparison(w io.Writer, c Comparison, written Cell) {
+	fmt.Fprintf(w, "\nN = %d workers (written: events written, no relay; with: written and delivered by the relay meanwhile)\n", c.N)
+	fmt.Fprintf(w, "  %-7s %10s %10s %10s %9s %9s   %8s %8s %8s\n",
+		"round", "without/s", "written/s", "with/s", "written/", "with/", "w/o p99", "wrt p99", "with p99")
 	for i := range c.Raw.Rounds {
-		r, s := c.Raw.Rounds[i], c.Service.Rounds[i]
-		fmt.Fprintf(w, "  %-7d %12.1f %12.1f %8.2f   %8s %8s\n", i+1, r.Rate, s.Rate, ratio(s.Rate, r.Rate), ms(r.P99), ms(s.P99))
+		r, wr, s := c.Raw.Rounds[i], written.Rounds[i], c.Service.Rounds[i]
+		fmt.Fprintf(w, "  %-7d %10.1f %10.1f %10.1f %9.2f %9.2f   %8s %8s %8s\n", i+1, r.Rate, wr.Rate, s.Rate,
+			ratio(wr.Rate, r.Rate), ratio(s.Rate, r.Rate), ms(r.P99), ms(wr.P99), ms(s.P99))
 	}
-	fmt.Fprintf(w, "  %-7s %12.1f %12.1f %8.2f   %8s %8s   (ms)\n", "median", c.Raw.MedianRate, c.Service.MedianRate,
-		c.ThroughputRatio, ms(c.Raw.P99), ms(c.Service.P99))
+	fmt.Fprintf(w, "  %-7s %10.1f %10.1f %10.1f %9.2f %9.2f   %8s %8s %8s   (ms; ratios to without)\n", "median",
+		c.Raw.MedianRate, written.MedianRate, c.Service.MedianRate, ratio(written.MedianRate, c.Raw.MedianRate),
+		c.ThroughputRatio, ms(c.Raw.P99), ms(written.P99), ms(c.Service.P99))
 	fmt.Fprintf(w, "  target   with/without %.2f (≥ %.2f) %s\n", c.ThroughputRatio, OutboxThroughputTarget, metMissed(c.ThroughputMet))
-	if c.Raw.Errs+c.Service.Errs > 0 {
-		fmt.Fprintf(w, "  errors   without %d (first: %s)  with %d (first: %s)\n", c.Raw.Errs, c.Raw.FirstErr, c.Service.Errs, c.Service.FirstErr)
+	if c.Raw.Errs+written.Errs+c.Service.Errs > 0 {
+		fmt.Fprintf(w, "  errors   without %d (first: %s)  written %d (first: %s)  with %d (first: %s)\n",
+			c.Raw.Errs, c.Raw.FirstErr, written.Errs, written.FirstErr, c.Service.Errs, c.Service.FirstErr)
 	}
 }

@@ -27,12 +27,22 @@ const sqlInsertPayment = `INSERT INTO payments (provider, txn_id, order_no, stat
 const sqlInsertLedger = `INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?)`
 
-// The statement internal/orders/store.go, Transition.Apply, assembles for
+// The statement internal/orders/store.go, Transition.update, assembles for
 // CREATED → PAID with an amount and currency (a payment callback).
 const sqlOrderPaid = `UPDATE orders SET status = ?, version = version + 1, updated_at = ?` +
 	`, paid_at = ?` +
 	` WHERE order_no = ? AND status = ?` +
 	` AND amount = ? AND currency = ?`
+
+// From internal/orders/store.go, selectOrder.
+const sqlSelectOrder = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
+       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at
+  FROM orders`
+
+// The query internal/orders/store.go, Transition.ApplyAndGet, assembles
+// for that transition when the outbox renders the paid order: the UPDATE
+// and the read of the row it left, in one round trip.
+const sqlOrderPaidAndGet = sqlOrderPaid + `; ` + sqlSelectOrder + ` WHERE order_no = ? AND ROW_COUNT() > 0`
 
 // From internal/orders/store.go, Insert.
 const sqlInsertOrder = `INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
@@ -44,12 +54,6 @@ const (
 	statusProcessing = 1
 	statusCompleted  = 2
 )
-
-// The statement internal/orders/store.go, GetForUpdate, assembles (the
-// outbox reads the order it has just paid, to render data.order).
-const sqlOrderForUpdate = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
-       refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
-  FROM orders` + ` WHERE order_no = ? FOR UPDATE`
 
 // The statement internal/events/record.go, Recorder.insert, assembles for
 // one event.

@@ -69,10 +69,11 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"create order, replay", 4, func() { must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders", "rt-1", body)) }},
 		// one SELECT
 		{"get order", 1, func() { must(http.StatusOK)(s.merchant(ctx, "GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
-		// [START TRANSACTION; claim], payment INSERT, order UPDATE, ledger
-		// INSERT, the order's locking read and the order.paid INSERT (the
-		// outbox, CONTRACT §10), [fence; COMMIT]: 9 statements in 7 round
-		// trips
+		// [START TRANSACTION; claim], payment INSERT, [order UPDATE; the
+		// read of the order it left] (Transition.ApplyAndGet), [ledger
+		// INSERT; the order.paid INSERT (the outbox, CONTRACT §10), both
+		// deferred to the end (db.Deferred); fence; COMMIT]: 9 statements
+		// in 4 round trips
 		{"payment callback, first", 9, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},

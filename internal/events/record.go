@@ -68,13 +68,9 @@ func (r *Recorder) OrderClosed(ctx context.Context, tx *gorm.DB, o orders.Order,
 	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: r.enc.Order(o), Reason: reason}}})
 }
 
-// OrderPaid records order.paid with the order as the transaction has just
-// made it: a locking read, on the row tx already holds.
-func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, orderNo string) error {
-	o, err := orders.GetForUpdate(ctx, tx, orderNo)
-	if err != nil {
-		return fmt.Errorf("order.paid event: %w", err)
-	}
+// OrderPaid records order.paid; o is the order as the transaction has
+// just made it (read back with its UPDATE).
+func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, o orders.Order) error {
 	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: r.enc.Order(o)}}})
 }
 
@@ -127,8 +123,11 @@ type typed struct {
 	data data
 }
 
-// insert writes the events of one change in one INSERT (one round trip
-// however many events the change makes).
+// insert writes the events of one change in one INSERT, however many
+// events the change makes. In a request's transaction it is deferred to
+// the batch that stores the response and commits (db.Deferred): nothing in
+// the transaction reads events back, and the INSERT's result decides
+// nothing, so it costs no round trip of its own.
 func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, evs []typed) error {
 	at := r.now().UTC().Truncate(time.Microsecond)
 	delivery, next := DeliveryNone, (*time.Time)(nil)
@@ -141,7 +140,7 @@ func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, e
 	for _, e := range evs {
 		args = append(args, r.newID(at), merchantID, e.typ, at, marshal(e.data), delivery, next)
 	}
-	if _, err := db.Exec(ctx, tx, q, args...); err != nil {
+	if err := db.ExecDeferred(ctx, tx, q, args...); err != nil {
 		return fmt.Errorf("insert %s event: %w", evs[0].typ, err)
 	}
 	return nil

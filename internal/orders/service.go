@@ -81,40 +81,45 @@ func (s *Service) WithTTL(ttl time.Duration) *Service {
 // Expire closes an overdue CREATED order (CONTRACT §12) by the same
 // conditional UPDATE as a cancel, with order.closed (reason expired);
 // false when it is no longer CREATED (a payment or a cancel came first).
+// With an outbox the UPDATE reads the closed order back in its round trip
+// (ApplyAndGet), for the event.
 func (s *Service) Expire(ctx context.Context, tx *gorm.DB, orderNo string) (bool, error) {
 	t := Transition{OrderNo: orderNo, From: Created, To: Closed, At: s.now().UTC()}
-	if err := t.Apply(ctx, tx); err != nil {
+	if s.outbox == nil {
+		err := t.Apply(ctx, tx)
 		if errors.Is(err, ErrIllegalTransition) {
 			return false, nil
 		}
+		return err == nil, err
+	}
+	o, err := t.ApplyAndGet(ctx, tx)
+	if errors.Is(err, ErrIllegalTransition) {
+		return false, nil
+	}
+	if err != nil {
 		return false, err
 	}
-	if s.outbox != nil {
-		o, err := GetByOrderNo(ctx, tx, orderNo)
-		if err != nil {
-			return false, err
-		}
-		if err := s.outbox.OrderClosed(ctx, tx, o, "expired"); err != nil {
-			return false, err
-		}
+	if err := s.outbox.OrderClosed(ctx, tx, o, "expired"); err != nil {
+		return false, err
 	}
 	return true, nil
 }
 
-// Cancel closes a CREATED order. 2 statements: the conditional UPDATE, then
-// a read of the row as it now is (to answer, or to tell 404 from 409); with
-// an outbox, a third: the order.closed event's INSERT.
+// Cancel closes a CREATED order. 1 statement when it applies: the
+// conditional UPDATE with the read of the row it left, in one round trip
+// (ApplyAndGet), to answer; with an outbox, a second: the order.closed
+// event's INSERT. A refusal reads the row again to tell 404 from 409.
 func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	t := Transition{OrderNo: orderNo, MerchantID: merchantID, From: Created, To: Closed, At: s.now().UTC()}
-	terr := t.Apply(ctx, tx)
-	if terr != nil && !errors.Is(terr, ErrIllegalTransition) {
-		return Order{}, terr
-	}
-	o, err := Get(ctx, tx, merchantID, orderNo)
-	if err != nil {
-		return Order{}, err
-	}
+	o, terr := t.ApplyAndGet(ctx, tx)
 	if terr != nil {
+		if !errors.Is(terr, ErrIllegalTransition) {
+			return Order{}, terr
+		}
+		o, err := Get(ctx, tx, merchantID, orderNo)
+		if err != nil {
+			return Order{}, err
+		}
 		return o, fmt.Errorf("cancel order %s in state %s: %w", orderNo, o.Status, ErrIllegalTransition)
 	}
 	if s.outbox != nil {

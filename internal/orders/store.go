@@ -115,8 +115,49 @@ type Transition struct {
 // not in t.From when the UPDATE ran (rows affected 0): the database, not an
 // earlier read, decides.
 func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
-	if !CanTransition(t.From, t.To) || !ValidNo(t.OrderNo) {
+	q, args, err := t.update()
+	if err != nil {
+		return err
+	}
+	n, err := db.Exec(ctx, tx, q, args...)
+	if err != nil {
+		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
+	}
+	if n != 1 {
 		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
+	}
+	return nil
+}
+
+// ApplyAndGet performs t as Apply does and returns the order as the UPDATE
+// left it, for a change whose event renders the order (CONTRACT §10: as GET
+// would return it). The UPDATE and the read go in one round trip, one
+// multi-statement query: a separate read would be a round trip of its own
+// in the transaction, on every payment. The SELECT returns the row only if
+// the UPDATE changed it (ROW_COUNT() is the previous statement's count, on
+// MariaDB and MySQL 8 alike), so no row is the refusal Apply reports. A
+// plain read suffices: the UPDATE holds the row's lock until commit, and a
+// transaction reads its own changes whatever its snapshot.
+func (t Transition) ApplyAndGet(ctx context.Context, tx *gorm.DB) (Order, error) {
+	q, args, err := t.update()
+	if err != nil {
+		return Order{}, err
+	}
+	o, err := scan(db.QueryRow(ctx, tx, q+`; `+selectOrder+` WHERE order_no = ? AND ROW_COUNT() > 0`, append(args, t.OrderNo)...))
+	if errors.Is(err, ErrNotFound) {
+		err = ErrIllegalTransition
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
+	}
+	return o, nil
+}
+
+// update returns t's conditional UPDATE, or ErrIllegalTransition if the
+// state machine forbids t.
+func (t Transition) update() (string, []any, error) {
+	if !CanTransition(t.From, t.To) || !ValidNo(t.OrderNo) {
+		return "", nil, fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
 	}
 	q := `UPDATE orders SET status = ?, version = version + 1, updated_at = ?`
 	args := []any{t.To, t.At}
@@ -134,12 +175,5 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 		q += ` AND amount = ? AND currency = ?`
 		args = append(args, t.Amount, t.Currency)
 	}
-	n, err := db.Exec(ctx, tx, q, args...)
-	if err != nil {
-		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, ErrIllegalTransition)
-	}
-	return nil
+	return q, args, nil
 }

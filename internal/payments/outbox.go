@@ -14,8 +14,9 @@ import (
 // redelivery the unique provider transaction absorbed), so a replay, a
 // refusal or a rollback leaves no event.
 type Outbox interface {
-	// OrderPaid: the order went CREATED → PAID in tx.
-	OrderPaid(ctx context.Context, tx *gorm.DB, orderNo string) error
+	// OrderPaid: the order went CREATED → PAID in tx, and o is it as the
+	// UPDATE left it.
+	OrderPaid(ctx context.Context, tx *gorm.DB, o orders.Order) error
 	// RefundSettled: r (status SUCCEEDED or FAILED) settled in tx, and o is
 	// its order as it is now.
 	RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Order, r Refund) error

@@ -123,8 +123,9 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
-// UPDATE (CREATED → PAID), ledger INSERT = 3 statements, and the outbox's
-// 2 (the order's locking read, the order.paid INSERT). The payment row
+// UPDATE (CREATED → PAID), ledger INSERT = 3 round trips, and the outbox's
+// 1 (the order.paid INSERT; the order it renders comes back with the
+// UPDATE, Transition.ApplyAndGet). The payment row
 // is written first: it claims the provider transaction, and the payment row
 // comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
@@ -143,14 +144,22 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 			return "", err
 		}
 	}
-	err = orders.Transition{OrderNo: ev.OrderNo, From: orders.Created, To: orders.Paid, At: at,
-		Amount: ev.Amount, Currency: ev.Currency}.Apply(ctx, tx)
+	t := orders.Transition{OrderNo: ev.OrderNo, From: orders.Created, To: orders.Paid, At: at,
+		Amount: ev.Amount, Currency: ev.Currency}
+	var paid orders.Order
+	if s.outbox != nil {
+		// The event renders the order the UPDATE made: read back in the
+		// UPDATE's own round trip.
+		paid, err = t.ApplyAndGet(ctx, tx)
+	} else {
+		err = t.Apply(ctx, tx)
+	}
 	if err == nil {
 		if err := insertLedger(ctx, tx, provider, ledgerPayment, ev.TxnID, ev.OrderNo, ev.Amount, ev.Currency, at); err != nil {
 			return "", err
 		}
 		if s.outbox != nil {
-			if err := s.outbox.OrderPaid(ctx, tx, ev.OrderNo); err != nil {
+			if err := s.outbox.OrderPaid(ctx, tx, paid); err != nil {
 				return "", err
 			}
 		}
