@@ -71,7 +71,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("dbwork: %d results, want one per N (%v)", len(rep.DBWork), opts.Ns)
 	}
 	for _, d := range rep.DBWork {
-		if len(d.Cells) != 8 || d.Cells[0].Workload != "min" || d.Cells[0].Ratio != 1 {
+		if len(d.Cells) != 9 || d.Cells[0].Workload != "min" || d.Cells[0].Ratio != 1 {
 			t.Fatalf("dbwork N=%d: cells %+v", d.N, d.Cells)
 		}
 		for _, c := range d.Cells {

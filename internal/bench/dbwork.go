@@ -21,12 +21,13 @@ import (
 // minimal deduplicating transaction. A Galera cluster replicates every
 // write to every node, so instances scale out and the database does not:
 // what a request costs the server (statements, commits, redo log writes
-// and flushes, lock waits) is what limits a deployment. Eight cells per N,
+// and flushes, lock waits) is what limits a deployment. Nine cells per N,
 // interleaved round after round like the other sections:
 //
 //	min        BEGIN; INSERT key; COMMIT (database/sql: 3 round trips, 1
-//	           commit), and BEGIN; 7 × INSERT key; COMMIT: a first
-//	           callback's number of statements, each of the cheapest kind
+//	           commit), and two controls, BEGIN; 3 or 7 × INSERT key;
+//	           COMMIT: a first order's and a first callback's number of
+//	           statements, each of the cheapest kind
 //	callbacks  raw, committed claim (the engine before issue 18), raw, one
 //	           commit (the engine now), and the service over HTTP
 //	orders     the same three
@@ -43,7 +44,8 @@ const (
 // Designs of a section (j) cell.
 const (
 	designMin       = "minimal tx"
-	designMinWide   = "9 statements"
+	designMin5      = "5 statements"
+	designMin9      = "9 statements"
 	designCommitted = "committed claim"
 	designOneCommit = "one commit"
 	designService   = "service (HTTP)"
@@ -117,10 +119,12 @@ func (b *bench) dbWorkSection(ctx context.Context, raw, status *sql.DB, svc *ser
 		sides := []dbWorkSide{
 			{"min", designMin, 3, 1, 0, &side{name: "min", label: "raw",
 				newOp: func(int) opFunc { return minOp(raw, 1) }}},
-			// As many statements as a first callback, each as cheap as
-			// the minimal one: what statements cost apart from what they
-			// do.
-			{"min", designMinWide, 9, 1, 0, &side{name: "min-9", label: "raw",
+			// As many statements as a first order and a first callback,
+			// each as cheap as the minimal one: what statements cost apart
+			// from what they do.
+			{"min", designMin5, 5, 1, 0, &side{name: "min-5", label: "raw",
+				newOp: func(int) opFunc { return minOp(raw, 3) }}},
+			{"min", designMin9, 9, 1, 0, &side{name: "min-9", label: "raw",
 				newOp: func(int) opFunc { return minOp(raw, 7) }}},
 			{"callbacks", designCommitted, 9, 2, 2, &side{name: "cb-2c", label: "raw", prepare: supply.ensure,
 				newOp: func(int) opFunc { return rawCallbackOp(raw, codec, supply) }}},
