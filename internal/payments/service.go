@@ -123,9 +123,10 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
-// UPDATE (CREATED → PAID), ledger INSERT = 3 round trips, and the outbox's
-// 1 (the order.paid INSERT; the order it renders comes back with the
-// UPDATE, Transition.ApplyAndGet). The payment row
+// UPDATE (CREATED → PAID; with the outbox the order it renders comes back
+// in the UPDATE's round trip, Transition.ApplyAndGet) = 2 round trips; the
+// ledger INSERT and the outbox's order.paid INSERT are deferred to the
+// batch that commits (db.Deferred) and cost none. The payment row
 // is written first: it claims the provider transaction, and the payment row
 // comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {
