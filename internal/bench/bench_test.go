@@ -86,7 +86,7 @@ func TestQuickRun(t *testing.T) {
 					t.Errorf("dbwork N=%d %s: %s per op = %v, want > 0", d.N, name, counter, c.PerOp[counter])
 				}
 			}
-			if c.Workload != "min" && !(c.Cell.ReplayP50 > 0) {
+			if c.Workload != "min" && replaysDue(c.Cell.Ops, d.N) && !(c.Cell.ReplayP50 > 0) {
 				t.Errorf("dbwork N=%d %s: no replay measured", d.N, name)
 			}
 			if c.Design != designService && c.RoundTripsPerOp < 2 {
@@ -121,11 +121,14 @@ func TestQuickRun(t *testing.T) {
 				}
 				for what, v := range map[string]float64{
 					"median ops/s": cell.MedianRate, "p50": float64(cell.P50), "p99": float64(cell.P99),
-					"first p50": float64(cell.FirstP50), "replay p50": float64(cell.ReplayP50), "ops": float64(cell.Ops),
+					"first p50": float64(cell.FirstP50), "ops": float64(cell.Ops),
 				} {
 					if !(v > 0) {
 						t.Errorf("%s N=%d %s: %s = %v, want > 0", name, c.N, side, what, v)
 					}
+				}
+				if replaysDue(cell.Ops, c.N) && !(cell.ReplayP50 > 0) {
+					t.Errorf("%s N=%d %s: %d operations and no replay measured", name, c.N, side, cell.Ops)
 				}
 			}
 			for what, v := range map[string]float64{"throughput ratio": c.ThroughputRatio, "p99 ratio": c.P99Ratio} {
@@ -306,3 +309,11 @@ func TestSQLMatchesService(t *testing.T) {
 		}
 	}
 }
+
+// replaysDue says whether a cell of n workers that recorded ops operations
+// must have measured a replay: every third operation of a worker repeats
+// an earlier one, and with 3n operations some worker recorded three in a
+// row. Fewer happen on a starved machine (the race detector on two busy
+// cores: 15 callbacks in a 300 ms cell of 16 workers), and then none need
+// be a replay.
+func replaysDue(ops, n int) bool { return ops >= 3*n }
