@@ -62,7 +62,7 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("%d duplicate-storm cells, want %d", len(rep.DupStorm), 2*len(dupFactors))
 	}
 	for _, c := range rep.DupStorm {
-		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.StatementsPerReq <= 0 {
+		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.RoundTripsPerReq <= 0 {
 			t.Errorf("duplicate storm cell %+v", c)
 		}
 	}

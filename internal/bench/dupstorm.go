@@ -22,8 +22,8 @@ import (
 // and without the Redis pre-check of CONTRACT §14, at several duplicate
 // factors. Each cell runs twice: once straight to the database for
 // throughput and latency, once (a quarter of the keys) through the
-// recording proxy of the round-trip check to count the statements the
-// server received per request.
+// recording proxy of the round-trip check to count the commands (round
+// trips) the server received per request; a batch of statements is one.
 
 // DupStorm is one cell.
 type DupStorm struct {
@@ -35,7 +35,7 @@ type DupStorm struct {
 	Elapsed           time.Duration
 	Rate              float64 // final answers per second
 	P50, P99          time.Duration
-	StatementsPerReq  float64 // from the proxied run
+	RoundTripsPerReq  float64 // from the proxied run
 	PrecheckReplayed  float64
 	PrecheckInFlight  float64
 	PrecheckMissOrErr float64
@@ -68,7 +68,7 @@ func (b *bench) dupStorm(ctx context.Context, sc *scratch, redisURL string) ([]D
 			if err := b.dupStormRun(ctx, sc, url, &proxied, true); err != nil {
 				return out, fmt.Errorf("%s, dup %d, proxied: %w", side, dup, err)
 			}
-			c.StatementsPerReq = proxied.StatementsPerReq
+			c.RoundTripsPerReq = proxied.RoundTripsPerReq
 			out = append(out, c)
 			printDupStorm(b.stdout, c)
 		}
@@ -162,7 +162,7 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c
 	c.P99 = latencies[len(latencies)*99/100]
 	if tap != nil {
 		entries, _, _ := tap.take()
-		c.StatementsPerReq = float64(len(entries)) / float64(c.Requests)
+		c.RoundTripsPerReq = float64(len(entries)) / float64(c.Requests)
 	}
 	pc := svc.app.Metrics.RedisPrecheck
 	c.PrecheckReplayed = testutil.ToFloat64(pc.WithLabelValues(precheck.ResultReplayed))
@@ -173,8 +173,8 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c
 }
 
 func printDupStorm(w io.Writer, c DupStorm) {
-	fmt.Fprintf(w, "  %-15s dup %d: %5d requests (%d keys, %d workers) %7.0f req/s  p50 %s ms  p99 %s ms  %.2f statements/request  409 retries %d",
-		c.Side, c.Dup, c.Requests, c.Keys, c.Workers, c.Rate, ms(c.P50), ms(c.P99), c.StatementsPerReq, c.Retries)
+	fmt.Fprintf(w, "  %-15s dup %d: %5d requests (%d keys, %d workers) %7.0f req/s  p50 %s ms  p99 %s ms  %.2f round trips/request  409 retries %d",
+		c.Side, c.Dup, c.Requests, c.Keys, c.Workers, c.Rate, ms(c.P50), ms(c.P99), c.RoundTripsPerReq, c.Retries)
 	if c.Side != "mysql only" {
 		fmt.Fprintf(w, "  redis: replayed %.0f, in flight %.0f, miss/error %.0f", c.PrecheckReplayed, c.PrecheckInFlight, c.PrecheckMissOrErr)
 	}
