@@ -193,8 +193,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry}, nil
 }
 
-// reserveConns sizes the reserve pool: releases and readiness pings are
-// single short statements.
+// reserveConns sizes the reserve pool: reading back a commit whose answer
+// was lost and readiness pings are single short statements.
 const reserveConns = 4
 
 // dbStartupWait is how long Open waits for the database server to accept
