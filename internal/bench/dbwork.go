@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -359,7 +357,7 @@ func oneCommit(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Du
 func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Duration, business func(owner []byte) ([]stmt, []any, error)) error {
 	now := time.Now().UTC()
 	owner := newOwner()
-	if _, err := execBatch(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, owner, now.Add(lease), now.Add(ttl)); err != nil {
+	if _, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, owner, now.Add(lease), now.Add(ttl)); err != nil {
 		rollbackConn(ctx, conn)
 		return fmt.Errorf("begin + claim: %w", err)
 	}
@@ -379,7 +377,7 @@ func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl 
 		// Joined as db.Deferred joins them.
 		query, args = strings.Join(queries, "; ")+"; "+sqlFenceCommit, append(all, fence...)
 	}
-	n, err := execBatch(ctx, conn, query, args...)
+	n, err := db.ExecBatchConn(ctx, conn, query, args...)
 	if err != nil {
 		// The batch stops at the failing statement: the COMMIT did not run.
 		rollbackConn(ctx, conn)
@@ -399,7 +397,7 @@ func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl 
 func oneCommitReplay(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, scope, key string, hash []byte, ttl time.Duration) error {
 	now := time.Now().UTC()
 	id := idempotency.KeyHash(scope, key)
-	_, err := execBatch(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, newOwner(), now.Add(lease), now.Add(ttl))
+	_, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, newOwner(), now.Add(lease), now.Add(ttl))
 	if err == nil || !db.IsDuplicate(err) {
 		rollbackConn(ctx, conn)
 		if err == nil {
@@ -424,39 +422,6 @@ func rollbackConn(ctx context.Context, conn *sql.Conn) {
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
-}
-
-// execBatch is db.ExecBatch for a database/sql connection (the raw cells
-// use no gorm): the statements in one round trip, each one's rows
-// affected, the server stopping at the first that fails.
-func execBatch(ctx context.Context, conn *sql.Conn, query string, args ...any) ([]int64, error) {
-	var affected []int64
-	err := conn.Raw(func(dc any) error {
-		exec, ok := dc.(driver.ExecerContext)
-		if !ok {
-			return fmt.Errorf("batch: driver connection %T cannot execute", dc)
-		}
-		named := make([]driver.NamedValue, len(args))
-		for i, a := range args {
-			named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
-			if c, ok := dc.(driver.NamedValueChecker); ok {
-				if err := c.CheckNamedValue(&named[i]); err != nil {
-					return fmt.Errorf("batch: argument %d: %w", i+1, err)
-				}
-			}
-		}
-		res, err := exec.ExecContext(ctx, query, named)
-		if err != nil {
-			return err
-		}
-		all, ok := res.(mysql.Result)
-		if !ok {
-			return fmt.Errorf("batch: driver result %T has no per-statement counts", res)
-		}
-		affected = all.AllRowsAffected()
-		return nil
-	})
-	return affected, err
 }
 
 // printDBWork writes one N's tables.

@@ -29,6 +29,11 @@ func ExecBatch(ctx context.Context, gdb *gorm.DB, query string, args ...any) ([]
 	if !ok {
 		return nil, fmt.Errorf("batch: needs a dedicated connection, have %T", gdb.Statement.ConnPool)
 	}
+	return ExecBatchConn(ctx, conn, query, args...)
+}
+
+// ExecBatchConn is ExecBatch on a database/sql connection.
+func ExecBatchConn(ctx context.Context, conn *sql.Conn, query string, args ...any) ([]int64, error) {
 	var affected []int64
 	err := conn.Raw(func(dc any) error {
 		exec, ok := dc.(driver.ExecerContext)
