@@ -150,6 +150,7 @@
 //
 // Lease and window times come from the injected clock of the instance that
 // writes them. Instances must keep their clocks in sync (NTP) to well within
-// the lease; the fence keeps even a badly skewed instance from completing a
-// request another instance has taken over.
+// the window. The lease bounds a request's transaction on the instance's
+// own clock (a context deadline), so skew cannot let two executions of a
+// key overlap: the claim's row lock, not a time, keeps them apart.
 package idempotency

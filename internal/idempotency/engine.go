@@ -43,7 +43,8 @@ func (e *InFlightError) RetryAfterSeconds() int {
 
 // ExecError is a failure of the business transaction: the function's own
 // error (a business refusal that is not stored, or a fault), with where it
-// happened. The key has been released.
+// happened. The claim was rolled back with the transaction: the key is
+// free.
 type ExecError struct {
 	Key     string
 	Attempt int
@@ -125,9 +126,10 @@ type Func func(ctx context.Context, tx *gorm.DB) (Response, error)
 // UnavailableError: the database could not do the request's work in time —
 // no pooled connection came free, the server was out of reach, or a
 // conflict (deadlock, lock wait, Galera certification) kept failing after
-// jittered retries until the request timeout. Nothing was stored and the
-// claim was released (or, if even that failed, it is freed by its lease):
-// the client retries after RetryAfter and the request runs anew.
+// jittered retries until the request timeout. Nothing was stored; the
+// claim was rolled back with the transaction (by the server, when it sees
+// a lost connection close): the client retries after RetryAfter and the
+// request runs anew.
 type UnavailableError struct {
 	Key        string
 	RetryAfter time.Duration
