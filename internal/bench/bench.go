@@ -312,7 +312,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionCallbacks] {
 		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
-		fmt.Fprintf(b.stdout, "  first delivery: [START TRANSACTION; claim INSERT]; payment INSERT; [order UPDATE; SELECT order]; [ledger INSERT; event INSERT; fence UPDATE; COMMIT] — duplicate: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
+		fmt.Fprintf(b.stdout, "  first delivery: [START TRANSACTION; claim INSERT]; payment INSERT; order UPDATE; order SELECT; ledger INSERT; event INSERT; fence UPDATE; COMMIT — duplicate: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
 		stopProfile, err := b.startCPUProfile()
 		if err != nil {
 			return err
@@ -371,9 +371,9 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 		fmt.Fprintf(b.stdout, "\n== (j) database work per request, against the minimal deduplicating transaction; 1/3 duplicates (not in min) ==\n")
 		fmt.Fprintf(b.stdout, "  min:             BEGIN; INSERT INTO bench_min_keys (k) VALUES (random 12 bytes); COMMIT\n")
 		fmt.Fprintf(b.stdout, "  committed claim: as (a) and (c): claim INSERT; BEGIN; <business>; fence UPDATE; COMMIT — duplicate: claim (1062); SELECT\n")
-		fmt.Fprintf(b.stdout, "  one commit:      START TRANSACTION; claim INSERT | <business> | <deferred>; fence UPDATE; COMMIT — duplicate: START TRANSACTION; claim (1062) | ROLLBACK; SELECT  (| between round trips)\n")
+		fmt.Fprintf(b.stdout, "  one commit:      START TRANSACTION; claim INSERT | <business> | fence UPDATE | COMMIT — duplicate: START TRANSACTION; claim (1062) | ROLLBACK; SELECT  (| between round trips)\n")
 		fmt.Fprintf(b.stdout, "  <business>: committed claim: callbacks payment INSERT, order UPDATE, ledger INSERT, order SELECT … FOR UPDATE, event INSERT; orders order INSERT\n")
-		fmt.Fprintf(b.stdout, "              one commit: callbacks payment INSERT | order UPDATE; order SELECT, <deferred> ledger INSERT; event INSERT; orders order INSERT\n")
+		fmt.Fprintf(b.stdout, "              one commit: callbacks payment INSERT | order UPDATE | order SELECT | ledger INSERT | event INSERT; orders order INSERT\n")
 		fmt.Fprintf(b.stdout, "  RT = client round trips (service: see the round-trips section); the counters are global, so anything else the server runs meanwhile counts too\n")
 		status, err := sc.openRaw()
 		if err != nil {

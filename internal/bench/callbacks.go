@@ -152,26 +152,28 @@ func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Cod
 }
 
 // oneCommitCallbackStatements are a first payment's business statements as
-// the service sends them since issue 18: payment INSERT, then the order's
-// UPDATE and the read of the row it left in one round trip
-// (Transition.ApplyAndGet), and, deferred to the batch that stores the
-// response and commits (db.Deferred), the ledger INSERT and the order.paid
-// event's INSERT.
-func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event, id, owner []byte) (deferred []stmt, fence []any, err error) {
+// the service sends them since issue 18, each its own round trip: payment
+// INSERT, the order's UPDATE and the read of the row it left
+// (Transition.ApplyAndGet), ledger INSERT, the order.paid event's INSERT.
+// They return the fence's arguments.
+func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event, id, owner []byte) (fence []any, err error) {
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	if _, err := conn.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
 		amount, currency, at, at); err != nil {
-		return nil, nil, fmt.Errorf("payment: %w", err)
+		return nil, fmt.Errorf("payment: %w", err)
+	}
+	if err := execOne(ctx, conn, "order", sqlOrderPaid, "PAID", at, at, ev.orderNo, "CREATED", amount, currency); err != nil {
+		return nil, err
 	}
 	var (
 		o             orders.Order
 		mon           []byte
 		paidAt, expAt sql.NullTime
 	)
-	if err := conn.QueryRowContext(ctx, sqlOrderPaidAndGet, "PAID", at, at, ev.orderNo, "CREATED", amount, currency, ev.orderNo).
+	if err := conn.QueryRowContext(ctx, sqlSelectOrder+` WHERE order_no = ?`, ev.orderNo).
 		Scan(&o.OrderNo, &o.MerchantID, &mon, &o.Status, &o.Amount, &o.Currency, &o.RefundedAmount,
 			&o.PendingRefundAmount, &o.Description, &o.Version, &o.CreatedAt, &o.UpdatedAt, &paidAt, &expAt); err != nil {
-		return nil, nil, fmt.Errorf("order: %w", err)
+		return nil, fmt.Errorf("order: %w", err)
 	}
 	o.MerchantOrderNo = string(mon)
 	if paidAt.Valid {
@@ -180,23 +182,21 @@ func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *ide
 	if expAt.Valid {
 		o.ExpiresAt = &expAt.Time
 	}
+	if _, err := conn.ExecContext(ctx, sqlInsertLedger, provider, "payment", ev.txn, ev.orderNo,
+		amount, currency, at); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
 	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
+	if _, err := conn.ExecContext(ctx, sqlInsertEvent, events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data,
+		events.DeliveryNone, nil); err != nil {
+		return nil, fmt.Errorf("event: %w", err)
+	}
 	format, blob, err := codec.Encode(idempotency.Response{Status: 200, ContentType: "application/json",
 		Body: callbackResponse(ev.orderNo)})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	deferred = []stmt{
-		{sqlInsertLedger, []any{provider, "payment", ev.txn, ev.orderNo, amount, currency, at}},
-		{sqlInsertEvent, []any{events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data, events.DeliveryNone, nil}},
-	}
-	return deferred, []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
-}
-
-// stmt is a statement deferred to the batch that commits.
-type stmt struct {
-	query string
-	args  []any
+	return []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
 }
 
 // inTx runs fn in one transaction, re-running it on deadlock as the engine

@@ -39,11 +39,6 @@ const sqlSelectOrder = `SELECT order_no, merchant_id, merchant_order_no, status,
        refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at
   FROM orders`
 
-// The query internal/orders/store.go, Transition.ApplyAndGet, assembles
-// for that transition when the outbox renders the paid order: the UPDATE
-// and the read of the row it left, in one round trip.
-const sqlOrderPaidAndGet = sqlOrderPaid + `; ` + sqlSelectOrder + ` WHERE order_no = ? AND ROW_COUNT() > 0`
-
 // From internal/orders/store.go, Insert.
 const sqlInsertOrder = `INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency,
 		                     refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at, expires_at)
@@ -69,6 +64,5 @@ const sqlInsertEvent = `INSERT INTO events (id, merchant_id, type, created_at, d
 // nothing checks these against it.
 const (
 	sqlBeginClaim   = "START TRANSACTION; " + sqlClaim
-	sqlFenceCommit  = sqlFence + "; COMMIT"
 	sqlRollbackLoad = "ROLLBACK; " + sqlLoad
 )

@@ -84,9 +84,9 @@ type Outcome struct {
 // providers.ErrInvalidSignature, a validate.Error
 // (400) or the engine's (in flight, key reused, business refusal such as
 // payments.ErrRetryLater, unavailable). A payment applied on first
-// delivery: [START TRANSACTION; claim], payment INSERT, [order UPDATE;
-// read of the order it left], [ledger INSERT; event INSERT (the outbox);
-// response UPDATE; COMMIT] = 9 statements in 4 round trips, 1 commit; a
+// delivery: [START TRANSACTION; claim], payment INSERT, order UPDATE, the
+// read of the order it left, ledger INSERT, event INSERT (the outbox),
+// response UPDATE, COMMIT = 9 statements in 8 round trips, 1 commit; a
 // replay: 4 statements in 2 round trips.
 func (h *Handler) Apply(ctx context.Context, provider string, header http.Header, raw []byte) (Outcome, error) {
 	adapter, known := h.d.Providers.Inbound(provider)

@@ -15,8 +15,8 @@ import (
 // request goes over the same session, and the server's session counter of
 // statements ("Questions", which counts START TRANSACTION and COMMIT too,
 // and each statement of a batch) tells how many statements the request
-// cost. The round trips, fewer since the claim and the COMMIT travel in
-// batches (internal/idempotency, "Round trips"), are in the comments; what
+// cost. The round trips, one fewer since the claim travels with its START
+// TRANSACTION (internal/idempotency, "Batches"), are in the comments; what
 // the server receives packet by packet is printed by cmd/bench's section
 // (t), through a recording proxy.
 func TestRoundTripsPerRequest(t *testing.T) {
@@ -61,19 +61,18 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		want int64
 		do   func()
 	}{
-		// [START TRANSACTION; claim INSERT], order INSERT, [fence UPDATE;
-		// COMMIT]: 5 statements in 3 round trips
+		// [START TRANSACTION; claim INSERT], order INSERT, fence UPDATE,
+		// COMMIT: 5 statements in 4 round trips
 		{"create order, first", 5, func() { created = must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders", "rt-1", body)) }},
 		// [START TRANSACTION; claim INSERT (1062)], [ROLLBACK; record
 		// SELECT]: 4 statements in 2 round trips
 		{"create order, replay", 4, func() { must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders", "rt-1", body)) }},
 		// one SELECT
 		{"get order", 1, func() { must(http.StatusOK)(s.merchant(ctx, "GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
-		// [START TRANSACTION; claim], payment INSERT, [order UPDATE; the
-		// read of the order it left] (Transition.ApplyAndGet), [ledger
-		// INSERT; the order.paid INSERT (the outbox, CONTRACT §10), both
-		// deferred to the end (db.Deferred); fence; COMMIT]: 9 statements
-		// in 4 round trips
+		// [START TRANSACTION; claim], payment INSERT, order UPDATE, the
+		// read of the order it left (Transition.ApplyAndGet), ledger
+		// INSERT, the order.paid INSERT (the outbox, CONTRACT §10), fence,
+		// COMMIT: 9 statements in 8 round trips
 		{"payment callback, first", 9, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},
@@ -81,7 +80,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))
 		}},
 		// [START TRANSACTION; claim], order locking read, refund INSERT,
-		// guarded order UPDATE, [fence; COMMIT]: 7 statements in 5 round
+		// guarded order UPDATE, fence, COMMIT: 7 statements in 6 round
 		// trips
 		{"refund, first", 7, func() {
 			must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders/"+orderNoOf(t, created)+"/refunds", "rt-r", []byte(`{"amount":100,"merchant_refund_no":"rt-r"}`)))

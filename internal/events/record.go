@@ -123,11 +123,8 @@ type typed struct {
 	data data
 }
 
-// insert writes the events of one change in one INSERT, however many
-// events the change makes. In a request's transaction it is deferred to
-// the batch that stores the response and commits (db.Deferred): nothing in
-// the transaction reads events back, and the INSERT's result decides
-// nothing, so it costs no round trip of its own.
+// insert writes the events of one change in one INSERT (one round trip
+// however many events the change makes).
 func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, evs []typed) error {
 	at := r.now().UTC().Truncate(time.Microsecond)
 	delivery, next := DeliveryNone, (*time.Time)(nil)
@@ -140,7 +137,7 @@ func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, e
 	for _, e := range evs {
 		args = append(args, r.newID(at), merchantID, e.typ, at, marshal(e.data), delivery, next)
 	}
-	if err := db.ExecDeferred(ctx, tx, q, args...); err != nil {
+	if _, err := db.Exec(ctx, tx, q, args...); err != nil {
 		return fmt.Errorf("insert %s event: %w", evs[0].typ, err)
 	}
 	return nil

@@ -28,11 +28,11 @@
 //     deleted and the key claimed anew, even before purge has run.
 //
 // The holder runs the business function in the transaction its claim
-// opened, and ends it with the response stored and the COMMIT, again one
-// round trip:
+// opened, stores the response and commits:
 //
 //	UPDATE idempotency_records SET status = COMPLETED, response_... = ?
-//	 WHERE key_hash = ? AND owner = ? AND status = PROCESSING; COMMIT
+//	 WHERE key_hash = ? AND owner = ? AND status = PROCESSING
+//	COMMIT
 //
 // The claim, the business rows and the stored response commit together or
 // not at all, in one commit. A record is therefore never seen PROCESSING by
@@ -59,15 +59,13 @@
 // taken over could not complete. It made the in-flight state a committed
 // row (a duplicate saw it without waiting) and cost a second commit and
 // two more round trips per first request. Measured on this project's
-// 2-core machine (docs/BENCHMARKS.md, section j, and the alternated runs
-// of the old and new binaries there), the one-commit design with batched
-// round trips halves the redo log writes and fsyncs per request, takes a
-// first payment callback from 9 round trips and 2 commits to 4 and 1
-// (still 9 statements) and a first order from 5 and 2 to 3 and 1, and
-// served 18–25% more callbacks, 3–14% more orders and, in a duplicate
-// storm, 35–75% more requests with no 409 left to retry; every test of the
-// suite — storms in both in-flight modes, faults, SIGKILLed processes, cut
-// and black-holed connections, Galera — holds.
+// 2-core machine (docs/BENCHMARKS.md, section j), the one-commit design
+// halves the redo log writes and fsyncs per request and takes a first
+// payment callback from 9 round trips and 2 commits to 8 and 1 (a first
+// order from 5 and 2 to 4 and 1); every test of the suite — storms in both
+// in-flight modes, faults, SIGKILLed processes, cut and black-holed
+// connections, Galera — holds. Figures and the designs tried are in
+// docs/BENCHMARKS.md (j).
 //
 // Issue 18's targets (callbacks at half the throughput of the minimal
 // BEGIN; INSERT; COMMIT, orders at 0.60) are not met: here the unit of
@@ -76,8 +74,7 @@
 // 9 (START TRANSACTION, claim, payment, the order's conditional UPDATE, its
 // read for the outbox event — there is no UPDATE … RETURNING — ledger,
 // event, stored response, COMMIT); fewer would give up the record, the
-// ledger or the event's snapshot of the order. The service reaches 0.35
-// (4 workers) and 0.23 (16); orders, 5 statements, 0.52 and 0.35.
+// ledger or the event's snapshot of the order.
 //
 // What it costs, and why each cost is bounded:
 //   - an in-flight duplicate waits on the holder's row lock instead of
@@ -105,18 +102,29 @@
 // # Round trips
 //
 // First request: START TRANSACTION + claim (1) + business statements +
-// deferred statements + response + COMMIT (1). Replay: START TRANSACTION +
-// INSERT → 1062 (1) + ROLLBACK + SELECT (1) = 2. Batches are single round
-// trips of several statements (db.ExecBatch); the server stops a batch at
-// its first failing statement, so a failed claim never runs what follows
-// it, and a failed deferred statement never reaches the COMMIT. Business
-// statements whose results decide nothing (a ledger entry, an outbox
-// event) are deferred to the last batch (db.Deferred). A first payment
-// callback is 9 statements in 4 round trips and 1 commit (was 9 round trips
-// and 2 commits); a first order 5 statements in 3 round trips. A waiting
-// duplicate (PAYSVC_IN_FLIGHT=wait) polls with one SELECT and a claim. A
+// response (1) + COMMIT (1). Replay: START TRANSACTION + INSERT → 1062 (1)
+// + ROLLBACK + SELECT (1) = 2. A first payment callback is 9 statements in
+// 8 round trips and 1 commit (was 9 round trips and 2 commits), a first
+// order 5 statements in 4 round trips. A waiting duplicate
+// (PAYSVC_IN_FLIGHT=wait) polls with one SELECT and a claim. A
 // server-issued token adds none: its first use claims with a conditional
 // UPDATE in place of the INSERT (token.go).
+//
+// # Batches
+//
+// Two batches travel as one round trip (db.ExecBatch): START TRANSACTION
+// with the claim, and ROLLBACK with the read of the record. Nothing else
+// does, although the server stops a batch at its first failing statement:
+// on a Galera node a brute-force abort (a conflicting write set from
+// another node) can roll a transaction back between two statements of one
+// batch, and the rest of the batch then runs outside it, each statement
+// committing on its own, without an error. The Galera suite caught it when
+// the ledger and event INSERTs, the response and the COMMIT travelled
+// together: the response's UPDATE matched nothing, the COMMIT committed
+// nothing, and INSERTs sent after such an abort would have committed
+// alone. A batch that opens a transaction has nothing to abort yet, and
+// one that follows ROLLBACK only reads; a COMMIT is always sent alone, so
+// that a transaction aborted before it fails it with 1213.
 //
 // # Overload, conflicts and outages (CONTRACT §9)
 //

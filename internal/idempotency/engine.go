@@ -166,10 +166,9 @@ type Options struct {
 	Reserve *gorm.DB
 	Now     func() time.Time
 	Logger  *slog.Logger
-	// BeforeCommit, if set, runs inside the transaction after the business
-	// function and before the batch that stores the response and commits.
-	// It exists for fault-injection tests: an error here must leave no
-	// trace of the request.
+	// BeforeCommit, if set, runs inside the transaction after the response
+	// is stored and before COMMIT. It exists for fault-injection tests: an
+	// error here must leave no trace of the request.
 	BeforeCommit func(ctx context.Context, req Request) error
 }
 
@@ -457,8 +456,8 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 }
 
 // errFenceMissed: the response's UPDATE changed no row although this
-// transaction holds the record. It cannot happen (commitResponse); if it
-// did, the business rows would have committed with the record PROCESSING.
+// transaction holds the record. It cannot happen (fence); the transaction
+// is rolled back, so that the business rows never commit without it.
 var errFenceMissed = errors.New("BUG: the response did not fence the claim this transaction holds")
 
 // execute runs fn in the transaction the claim opened on conn and commits
@@ -472,18 +471,19 @@ var errFenceMissed = errors.New("BUG: the response did not fence the claim this 
 func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func, cs *conflicts) (Result, roundState, error) {
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
-	txCtx, deferred := db.WithDeferred(txCtx)
 	// If txCtx ends while fn stalls between statements, there is no
 	// statement for the driver to abandon, and the transaction would keep
 	// its row locks (the claim's among them) until fn came back. Close the
 	// connection then, as database/sql's Tx did: the server rolls back.
-	stop := context.AfterFunc(txCtx, func() { discard(conn) })
-	defer stop()
+	co := cutOffAt(txCtx, conn)
+	defer co.disarm()
 	var resp Response // set once everything but the COMMIT has succeeded
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				rollback(txCtx, conn)
+				if !co.disarm() {
+					rollback(txCtx, conn)
+				}
 				panic(p)
 			}
 		}()
@@ -494,18 +494,26 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		if r.Status >= 500 {
 			return fmt.Errorf("business answered %d", r.Status)
 		}
+		if err := fence(txCtx, conn, e.codec, req, id, o, r); err != nil {
+			return err
+		}
 		if e.opts.BeforeCommit != nil {
 			if err := e.opts.BeforeCommit(txCtx, req); err != nil {
 				return err
 			}
 		}
 		resp = r
-		return commitResponse(txCtx, conn, e.codec, req, id, o, r, deferred)
+		if _, err := db.Exec(txCtx, conn, "COMMIT"); err != nil {
+			return fmt.Errorf("commit %q: %w", req.Key, err)
+		}
+		return nil
 	}()
 	if err == nil {
 		return Result{Response: resp, Outcome: outcome}, answered, nil
 	}
-	rollback(txCtx, conn)
+	if !co.disarm() {
+		rollback(txCtx, conn)
+	}
 	if errors.Is(err, errFenceMissed) {
 		e.opts.Logger.ErrorContext(ctx, "idempotency fence missed", "scope", req.Scope, "key", req.Key)
 		return Result{}, answered, err
@@ -517,6 +525,41 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		return Result{}, again, nil
 	}
 	return e.failed(ctx, req, id, resp, outcome, cs.n+1, err)
+}
+
+// cutoff closes a connection when a context ends, and keeps everyone else
+// off the connection while it does: database/sql's Conn does not survive
+// being closed by one goroutine while another starts a statement on it (a
+// nil driver connection panicked in execDC, seen once in the Galera
+// suite, when the lease ran out as a statement failed).
+type cutoff struct {
+	stop  func() bool
+	done  chan struct{}
+	over  bool
+	fired bool
+}
+
+func cutOffAt(ctx context.Context, conn *gorm.DB) *cutoff {
+	c := &cutoff{done: make(chan struct{})}
+	c.stop = context.AfterFunc(ctx, func() {
+		defer close(c.done)
+		discard(conn)
+	})
+	return c
+}
+
+// disarm stops the cut-off, or waits until it has closed the connection;
+// it reports whether it did, in which case the connection must not be used
+// (the server rolls its transaction back).
+func (c *cutoff) disarm() bool {
+	if !c.over {
+		c.over = true
+		if !c.stop() {
+			<-c.done
+			c.fired = true
+		}
+	}
+	return c.fired
 }
 
 // rollback ends conn's transaction, or, if it cannot, has database/sql

@@ -131,24 +131,20 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 
 // ApplyAndGet performs t as Apply does and returns the order as the UPDATE
 // left it, for a change whose event renders the order (CONTRACT §10: as GET
-// would return it). The UPDATE and the read go in one round trip, one
-// multi-statement query: a separate read would be a round trip of its own
-// in the transaction, on every payment. The SELECT returns the row only if
-// the UPDATE changed it (ROW_COUNT() is the previous statement's count, on
-// MariaDB and MySQL 8 alike), so no row is the refusal Apply reports. A
-// plain read suffices: the UPDATE holds the row's lock until commit, and a
-// transaction reads its own changes whatever its snapshot.
+// would return it). A plain read suffices: the UPDATE holds the row's lock
+// until commit, and a transaction reads its own changes whatever its
+// snapshot. Two statements, two round trips, on purpose: sent as one
+// multi-statement query, a Galera brute-force abort between the two let
+// the SELECT run outside the rolled-back transaction without an error
+// (internal/idempotency, "Batches"), and the business went on as if the
+// UPDATE had held.
 func (t Transition) ApplyAndGet(ctx context.Context, tx *gorm.DB) (Order, error) {
-	q, args, err := t.update()
-	if err != nil {
+	if err := t.Apply(ctx, tx); err != nil {
 		return Order{}, err
 	}
-	o, err := scan(db.QueryRow(ctx, tx, q+`; `+selectOrder+` WHERE order_no = ? AND ROW_COUNT() > 0`, append(args, t.OrderNo)...))
-	if errors.Is(err, ErrNotFound) {
-		err = ErrIllegalTransition
-	}
+	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ?`, t.OrderNo))
 	if err != nil {
-		return Order{}, fmt.Errorf("order %s %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
+		return Order{}, fmt.Errorf("order %s after %s → %s: %w", validate.Quote(t.OrderNo), t.From, t.To, err)
 	}
 	return o, nil
 }

@@ -30,10 +30,6 @@
 //     duplicates, and they wait at their own first statement, before they
 //     hold any lock at all.
 //
-// The ledger entry and the events travel in the batch that ends the
-// transaction (db.Deferred), in the order they were issued: still last of
-// the business rows.
-//
 // Why: two transactions that take locks in one order can only queue, never
 // wait on each other in a cycle. A deadlock (1213) is retried by the
 // engine, but each one costs a rolled-back transaction, and under a storm

@@ -123,10 +123,9 @@ func (s *Service) HandleCallback(ctx context.Context, tx *gorm.DB, provider stri
 }
 
 // paymentSucceeded. Applied on the first delivery: payment INSERT, order
-// UPDATE (CREATED → PAID; with the outbox the order it renders comes back
-// in the UPDATE's round trip, Transition.ApplyAndGet) = 2 round trips; the
-// ledger INSERT and the outbox's order.paid INSERT are deferred to the
-// batch that commits (db.Deferred) and cost none. The payment row
+// UPDATE (CREATED → PAID), ledger INSERT = 3 round trips; with the outbox
+// the read of the order it renders (Transition.ApplyAndGet) and the
+// order.paid INSERT, 2 more. The payment row
 // is written first: it claims the provider transaction, and the payment row
 // comes first in the lock order (package doc, "Lock order").
 func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider string, ev Event) (Result, error) {

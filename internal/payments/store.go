@@ -95,14 +95,12 @@ func appliedProvider(ctx context.Context, tx *gorm.DB, orderNo string) (provider
 }
 
 func insertLedger(ctx context.Context, tx *gorm.DB, provider, kind, txnID, orderNo string, amount int64, currency string, at time.Time) error {
-	// Deferred to the batch that commits (db.Deferred): nothing in the
-	// transaction reads the entry back, and its result decides nothing.
-	err := db.ExecDeferred(ctx, tx,
+	_, err := db.Exec(ctx, tx,
 		`INSERT INTO ledger_entries (provider, kind, txn_id, order_no, amount, currency, created_at)
 		 VALUES (?, ?, ?, ?, ?, ?, ?)`, provider, kind, txnID, orderNo, amount, currency, at)
 	if err != nil {
 		// A duplicate here means a transaction would be booked twice: never
-		// swallow it. (Deferred, it fails the COMMIT's batch instead.)
+		// swallow it.
 		return fmt.Errorf("book %s %s/%s: %w", kind, provider, txnID, err)
 	}
 	return nil
