@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -98,10 +99,22 @@ func TestQuickRun(t *testing.T) {
 	if len(rep.RoundTrips) != 4 {
 		t.Errorf("%d traced requests, want 4", len(rep.RoundTrips))
 	}
+	batches := 0
 	for _, rt := range rep.RoundTrips {
 		if len(rt.Statements) == 0 || rt.BytesUp <= 0 || rt.BytesDown <= 0 {
 			t.Errorf("traced %s: %+v", rt.Request, rt)
 		}
+		for _, q := range rt.queries {
+			if err := safeBatch(q); err != nil {
+				t.Errorf("traced %s: %v", rt.Request, err)
+			}
+			if strings.Contains(q, "; ") {
+				batches++
+			}
+		}
+	}
+	if batches == 0 {
+		t.Error("no batch traced: the batch rule was not checked")
 	}
 
 	for name, cs := range map[string][]Comparison{"callbacks": rep.Callbacks, "orders": rep.Orders} {
@@ -317,3 +330,47 @@ func TestSQLMatchesService(t *testing.T) {
 // cores: 15 callbacks in a 300 ms cell of 16 workers), and then none need
 // be a replay.
 func replaysDue(ops, n int) bool { return ops >= 3*n }
+
+// safeBatch checks the service's one rule for multi-statement round trips
+// (internal/idempotency, "Batches"): a batch opens a transaction with its
+// claim, or follows a ROLLBACK with a read; no other statement travels with
+// another, and never a COMMIT, since a Galera brute-force abort between
+// two statements of a batch lets the rest run outside the transaction.
+// (The service's statements bind no value containing "; " here.)
+func safeBatch(query string) error {
+	q := strings.Join(strings.Fields(query), " ")
+	parts := strings.Split(q, "; ")
+	if len(parts) == 1 {
+		return nil
+	}
+	ok := len(parts) == 2 && (parts[0] == "START TRANSACTION" &&
+		(strings.HasPrefix(parts[1], "INSERT INTO idempotency_records ") || strings.HasPrefix(parts[1], "UPDATE idempotency_records ")) ||
+		parts[0] == "ROLLBACK" && strings.HasPrefix(parts[1], "SELECT "))
+	if !ok {
+		return fmt.Errorf("unsafe batch sent to the server: %.200s", q)
+	}
+	return nil
+}
+
+// TestSafeBatch: the checker of the batch rule refuses what the Galera
+// suite refused.
+func TestSafeBatch(t *testing.T) {
+	tests := []struct {
+		query string
+		ok    bool
+	}{
+		{"SELECT 1", true},
+		{sqlBeginClaim, true},
+		{sqlRollbackLoad, true},
+		{"START TRANSACTION; UPDATE idempotency_records SET status = ? WHERE key_hash = ?", true},
+		{sqlInsertLedger + "; " + sqlInsertEvent + "; " + sqlFence + "; COMMIT", false},
+		{sqlFence + "; COMMIT", false},
+		{sqlOrderPaid + "; " + sqlSelectOrder + " WHERE order_no = ?", false},
+		{"START TRANSACTION; INSERT INTO idempotency_records (k) VALUES (1); INSERT INTO payments (k) VALUES (1)", false},
+	}
+	for _, tt := range tests {
+		if err := safeBatch(tt.query); (err == nil) != tt.ok {
+			t.Errorf("safeBatch(%.60q) = %v, want ok %v", tt.query, err, tt.ok)
+		}
+	}
+}

@@ -133,6 +133,8 @@ type RoundTrips struct {
 	Statements []string
 	BytesUp    int64
 	BytesDown  int64
+	// queries are the COM_QUERY texts in full (Statements shortens them).
+	queries []string
 }
 
 // roundTrips sends one request of each kind through a traced instance.
@@ -210,6 +212,9 @@ func (b *bench) roundTrips(ctx context.Context, sc *scratch, supply *orderSupply
 		rt := RoundTrips{Request: s.name, BytesUp: up, BytesDown: down}
 		for _, e := range entries {
 			rt.Statements = append(rt.Statements, describe(e))
+			if e.cmd == 0x03 {
+				rt.queries = append(rt.queries, e.text)
+			}
 		}
 		out = append(out, rt)
 	}
