@@ -55,13 +55,12 @@ const (
 const sqlInsertEvent = `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
 	`(?, ?, ?, ?, ?, ?, ?)`
 
-// The one-commit design of issue 18, as section (j) issues it: the claim
-// opens the business transaction in the same round trip, the fence closes
-// it with the only COMMIT, and a duplicate's claim (1062 inside the
-// transaction) is followed by one query that ends the transaction and
-// reads the record (go-sql-driver skips the ROLLBACK's empty result). The
-// engine being built joins the same constants the same way; until it lands
-// nothing checks these against it.
+// The two batches of the one-commit engine (internal/idempotency,
+// "Batches"): the claim opens the business transaction in the same round
+// trip, and a duplicate's claim (1062 inside the transaction) is followed
+// by one query that ends the transaction and reads the record
+// (go-sql-driver skips the ROLLBACK's empty result). TestSQLMatchesService
+// checks that the engine joins the same constants the same way.
 const (
 	sqlBeginClaim   = "START TRANSACTION; " + sqlClaim
 	sqlRollbackLoad = "ROLLBACK; " + sqlLoad

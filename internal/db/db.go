@@ -65,8 +65,9 @@ func Config(dsn string) (*mysql.Config, error) {
 	cfg.Loc = time.UTC
 	cfg.InterpolateParams = true
 	// Several statements in one round trip (ExecBatch): the idempotency
-	// engine opens its transaction with the claim and ends it with the
-	// stored response. Every statement here binds its values through the
+	// engine opens its transaction with the claim, and ends a lost claim's
+	// transaction with the read of the record. Every statement here binds
+	// its values through the
 	// driver's interpolation, never by pasting strings, so a value can not
 	// add a statement of its own.
 	cfg.MultiStatements = true

@@ -81,7 +81,7 @@ func (s *Service) WithTTL(ttl time.Duration) *Service {
 // Expire closes an overdue CREATED order (CONTRACT §12) by the same
 // conditional UPDATE as a cancel, with order.closed (reason expired);
 // false when it is no longer CREATED (a payment or a cancel came first).
-// With an outbox the UPDATE reads the closed order back in its round trip
+// With an outbox the closed order is read back after the UPDATE
 // (ApplyAndGet), for the event.
 func (s *Service) Expire(ctx context.Context, tx *gorm.DB, orderNo string) (bool, error) {
 	t := Transition{OrderNo: orderNo, From: Created, To: Closed, At: s.now().UTC()}
@@ -105,10 +105,10 @@ func (s *Service) Expire(ctx context.Context, tx *gorm.DB, orderNo string) (bool
 	return true, nil
 }
 
-// Cancel closes a CREATED order. 1 statement when it applies: the
-// conditional UPDATE with the read of the row it left, in one round trip
-// (ApplyAndGet), to answer; with an outbox, a second: the order.closed
-// event's INSERT. A refusal reads the row again to tell 404 from 409.
+// Cancel closes a CREATED order. 2 statements when it applies: the
+// conditional UPDATE and the read of the row it left (ApplyAndGet), to
+// answer; with an outbox, a third: the order.closed event's INSERT. A
+// refusal reads the row again to tell 404 from 409.
 func (s *Service) Cancel(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, error) {
 	t := Transition{OrderNo: orderNo, MerchantID: merchantID, From: Created, To: Closed, At: s.now().UTC()}
 	o, terr := t.ApplyAndGet(ctx, tx)
