@@ -63,6 +63,14 @@ func Config(dsn string) (*mysql.Config, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// Every time is sent with microseconds, what DATETIME(6) keeps. With
+	// more digits (a time.Time has nanoseconds) MariaDB cannot turn the
+	// literal into a range bound: "next_attempt_at <= '…04.046312562'"
+	// became a full scan of idx_events_due from its NULLs, every delivered
+	// event read on every relay claim (docs/BENCHMARKS.md (f), run 5).
+	if err := cfg.Apply(mysql.TimeTruncate(time.Microsecond)); err != nil {
+		return nil, fmt.Errorf("parse dsn: %w", err)
+	}
 	cfg.InterpolateParams = true
 	// Several statements in one round trip (ExecBatch): the idempotency
 	// engine opens its transaction with the claim, and ends a lost claim's

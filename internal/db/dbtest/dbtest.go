@@ -104,3 +104,42 @@ func (d *DB) Count(t testing.TB, query string, args ...any) int64 {
 	}
 	return n
 }
+
+// RowsRead runs fn with a pool of one connection to d and returns how many
+// index entries and rows the server read for it (the session's
+// Handler_read_* counters): a test that a query walks the range its index
+// gives, not the whole index, whatever the table holds.
+func (d *DB) RowsRead(t testing.TB, fn func(pool *gorm.DB)) int64 {
+	t.Helper()
+	pool, err := db.OpenPool(d.Config, 1)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer func() { _ = db.Close(pool) }()
+	read := func() int64 {
+		var total int64
+		rows, err := pool.Raw(`SHOW SESSION STATUS WHERE Variable_name IN
+			('Handler_read_first', 'Handler_read_key', 'Handler_read_next', 'Handler_read_prev', 'Handler_read_rnd_next')`).Rows()
+		if err != nil {
+			t.Fatalf("dbtest: session status: %v", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				name string
+				n    int64
+			)
+			if err := rows.Scan(&name, &n); err != nil {
+				t.Fatalf("dbtest: session status: %v", err)
+			}
+			total += n
+		}
+		return total
+	}
+	before := read()
+	fn(pool)
+	// SHOW STATUS itself reads rows; measured, and subtracted.
+	after := read()
+	self := read() - after
+	return after - before - self
+}
