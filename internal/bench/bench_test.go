@@ -202,6 +202,25 @@ func TestQuickRun(t *testing.T) {
 				t.Errorf("outbox written-only cell %d: %d ops, errors %d (first: %s)", i, c.Ops, c.Errs, c.FirstErr)
 			}
 		}
+		// What a callback cost: the server's statements and this process's
+		// CPU per operation, on each side. The statements are the server's
+		// global count, which other packages' tests raise when they run
+		// beside this one: only the floor holds here (a replay is 4
+		// statements, a first callback 7 or more).
+		if len(o.Costs) != len(opts.Ns) {
+			t.Errorf("outbox: costs for %d Ns, want %d", len(o.Costs), len(opts.Ns))
+		}
+		for i, costs := range o.Costs {
+			if len(costs) != 3 {
+				t.Errorf("outbox costs %d: %d sides, want without, written, with", i, len(costs))
+				continue
+			}
+			for _, c := range costs {
+				if c.StatementsPerOp < 4 || c.BenchCPUPerOp <= 0 {
+					t.Errorf("outbox costs %d, %s: %.2f statements, %v CPU per callback", i, c.Side, c.StatementsPerOp, c.BenchCPUPerOp)
+				}
+			}
+		}
 		for _, c := range o.Callbacks {
 			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {
 				t.Errorf("outbox N=%d: errors %d/%d (first: %s / %s), ratio %v", c.N, c.Raw.Errs, c.Service.Errs,

@@ -79,13 +79,26 @@ func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *si
 // (so that a change in the machine's load touches every side alike), and
 // returns one cell per side, in the order given.
 func (b *bench) compareSides(ctx context.Context, section string, n int, sides ...*side) ([]Cell, error) {
+	return b.compareSidesMetered(ctx, section, n, nil, sides...)
+}
+
+// compareSidesMetered is compareSides that also adds each measured window's
+// cost to meter, under the side's name; meter may be nil.
+func (b *bench) compareSidesMetered(ctx context.Context, section string, n int, meter *costMeter, sides ...*side) ([]Cell, error) {
 	samples := make([][]sample, len(sides))
 	cells := make([]Cell, len(sides))
 	for r := 1; r <= b.opts.Rounds; r++ {
 		for i, sd := range sides {
-			s, err := b.runRound(ctx, section, n, r, sd, &cells[i], nil)
+			var window func(open bool)
+			if meter != nil {
+				window = meter.window(ctx, sd.name)
+			}
+			s, err := b.runRound(ctx, section, n, r, sd, &cells[i], window)
 			if err != nil {
 				return cells, err
+			}
+			if meter != nil {
+				meter.add(sd.name, cells[i].Rounds[len(cells[i].Rounds)-1].Ops)
 			}
 			samples[i] = append(samples[i], s...)
 		}

@@ -46,8 +46,11 @@ type Outbox struct {
 	RelayBacklog int
 	RelayDrain   time.Duration // how long delivering that backlog took
 	Relay        []float64     // events/s per round
-	RelayMed     float64
-	RelayN       int
+	// Costs, one slice per N as Callbacks: what a callback cost the
+	// machine in each cell (without, written, with).
+	Costs    [][]Cost
+	RelayMed float64
+	RelayN   int
 }
 
 // receiverServer answers every POST 204 at once and counts them.
@@ -168,11 +171,22 @@ func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, r
 		return &side{name: name, label: "client", prepare: prepare,
 			newOp: func(w int) opFunc { return serviceCallbackOp(s, supply, w) }}
 	}
+	status, err := sc.openRaw()
+	if err != nil {
+		return err
+	}
+	defer status.Close()
 	for _, n := range b.opts.Ns {
-		cells, err := b.compareSides(ctx, "outbox", n, newSide("without", plain), newSide("written", written), newSide("with", withRelay))
+		meter := newCostMeter(status, sc.cfg.Addr)
+		cells, err := b.compareSidesMetered(ctx, "outbox", n, meter, newSide("without", plain), newSide("written", written), newSide("with", withRelay))
 		if err != nil {
 			return fmt.Errorf("callbacks with/without the outbox: %w", err)
 		}
+		if meter.err != nil {
+			return fmt.Errorf("callbacks with/without the outbox: counters: %w", meter.err)
+		}
+		costs := meter.costs("without", "written", "with")
+		out.Costs = append(out.Costs, costs)
 		c := Comparison{Section: "outbox", N: n, Raw: cells[0], Service: cells[2],
 			ThroughputRatio: ratio(cells[2].MedianRate, cells[0].MedianRate),
 			P99Ratio:        ratio(float64(cells[2].P99), float64(cells[0].P99))}
@@ -181,6 +195,7 @@ func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, r
 		out.Written = append(out.Written, cells[1])
 		out.WrittenRatio = append(out.WrittenRatio, ratio(cells[1].MedianRate, cells[0].MedianRate))
 		printOutboxComparison(b.stdout, c, cells[1])
+		printCosts(b.stdout, costs)
 	}
 	fmt.Fprintf(b.stdout, "  the receiver got %d notifications during the callback cells\n", rcv.hits.Load())
 	if backlog > 0 {
@@ -222,9 +237,8 @@ func drainRelay(ctx context.Context, raw *sql.DB) (int, error) {
 
 // relayRound inserts n pending events and times one relay draining them.
 func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *receiverServer, n int) (float64, error) {
-	// TRUNCATE, not DELETE: deleted rows leave delete-marked entries in
-	// idx_events_due until InnoDB's purge removes them, and every claim
-	// scans past them; each round starts from a clean table instead.
+	// Each round starts from an empty table, so that rounds are alike
+	// (TRUNCATE, not DELETE, leaves no delete-marked entries behind).
 	for _, table := range []string{"event_attempts", "events"} {
 		if _, err := raw.ExecContext(ctx, `TRUNCATE TABLE `+table); err != nil {
 			return 0, err
@@ -311,5 +325,24 @@ func printOutboxComparison(w io.Writer, c Comparison, written Cell) {
 	if c.Raw.Errs+written.Errs+c.Service.Errs > 0 {
 		fmt.Fprintf(w, "  errors   without %d (first: %s)  written %d (first: %s)  with %d (first: %s)\n",
 			c.Raw.Errs, c.Raw.FirstErr, written.Errs, written.FirstErr, c.Service.Errs, c.Service.FirstErr)
+	}
+}
+
+// printCosts writes what an operation cost the machine on each side, and
+// each side's total over the first's: on a saturated machine throughput
+// is the inverse of that total.
+func printCosts(w io.Writer, costs []Cost) {
+	if len(costs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  per callback  %10s %14s %15s %10s %8s\n", "statements", "bench CPU µs", "server CPU µs", "total µs", "÷ first")
+	total := func(c Cost) float64 { return float64(c.BenchCPUPerOp+c.ServerCPUPerOp) / float64(time.Microsecond) }
+	for _, c := range costs {
+		server := "-"
+		if c.ServerCPUPerOp > 0 {
+			server = fmt.Sprintf("%.0f", float64(c.ServerCPUPerOp)/float64(time.Microsecond))
+		}
+		fmt.Fprintf(w, "  %-13s %10.2f %14.0f %15s %10.0f %8.2f\n", c.Side, c.StatementsPerOp,
+			float64(c.BenchCPUPerOp)/float64(time.Microsecond), server, total(c), ratio(total(c), total(costs[0])))
 	}
 }

@@ -31,10 +31,11 @@ func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
 // business transaction inserting a new due event never waits for a claim.
 // The index is forced: when most of the table is due (a backlog), the
 // optimizer may otherwise scan and sort the whole table for each claim.
-// Even so a claim's scan passes over the index entries that earlier
-// claims moved away (delete-marked until InnoDB's purge removes them), so
-// on a busy server a deep backlog drains more slowly than a shallow one
-// (docs/BENCHMARKS.md, "outbox").
+// The bound is a range of the index only because the pool sends times
+// with microseconds (db.Config): with nanoseconds every claim read the
+// index from its NULLs, i.e. every delivered event still kept, and a
+// 20,000-event backlog drained at 600 events/s instead of 5,600
+// (docs/BENCHMARKS.md (f), run 5; db TestTimeBoundsAreIndexRanges).
 func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
 	var jobs []outbox.Job
 	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
