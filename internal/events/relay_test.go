@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"gorm.io/gorm"
 
@@ -162,6 +163,8 @@ type relayOpts struct {
 	delays  []time.Duration
 	// outcomes counts recorded outcomes.
 	outcomes *outcomeCount
+	// queue, if set, wraps the relay's queue (fault injection).
+	queue func(outbox.Queue) outbox.Queue
 }
 
 type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
@@ -177,7 +180,11 @@ func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Rel
 		o.timeout = 5 * time.Second
 	}
 	n := events.NewNotifier(endpoint(t, url), nil)
-	r := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
+	var q outbox.Queue = events.NewQueue(pool)
+	if o.queue != nil {
+		q = o.queue(q)
+	}
+	r := outbox.New(q, n.Deliver, outbox.Options{
 		Timeout:     o.timeout,
 		LeaseMargin: 2 * time.Second,
 		Schedule:    outbox.Schedule{Delays: o.delays, Jitter: 0.2},
@@ -406,16 +413,18 @@ func TestRelayTakesOverAbandonedClaims(t *testing.T) {
 }
 
 // TestRelaysShareTheTable: three relays, each with its own pool, work one
-// table whose receiver is slow and fails a quarter of the attempts at
-// random. Every event is delivered, no two attempts of one event ever
+// table whose receiver is slow and fails a quarter of the first four
+// attempts of each event at random (never all seven the schedule allows:
+// 300 events failing a quarter of every attempt would exhaust one in 55
+// runs). Every event is delivered, no two attempts of one event ever
 // overlap at the receiver, and every attempt it saw is recorded.
 func TestRelaysShareTheTable(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	ids := record(t, d, 300)
-	rcv := newReceiver(t, func(string, int) (int, time.Duration) {
+	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
 		hang := time.Duration(rand.IntN(5)) * time.Millisecond
-		if rand.IntN(4) == 0 {
+		if n <= 4 && rand.IntN(4) == 0 {
 			return 502, hang
 		}
 		return 200, hang
@@ -480,5 +489,68 @@ func TestRedeliverDuringAnAttempt(t *testing.T) {
 	}
 	if n := len(attemptsOf(t, d, ids[0])); n != 2 {
 		t.Errorf("%d attempts recorded, want 2", n)
+	}
+}
+
+// failingFinish fails the first `fails` calls of Finish with a deadlock:
+// before the queue's Finish runs (its transaction rolled back, nothing
+// recorded) or after it (it committed, and the answer was lost).
+type failingFinish struct {
+	outbox.Queue
+	fails int64
+	after bool
+	calls atomic.Int64
+}
+
+func (q *failingFinish) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error) {
+	deadlock := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (injected)"}
+	if q.calls.Add(1) > q.fails {
+		return q.Queue.Finish(ctx, fs)
+	}
+	if q.after {
+		if _, err := q.Queue.Finish(ctx, fs); err != nil {
+			return nil, err
+		}
+	}
+	return nil, deadlock
+}
+
+// TestRelayRecordsAfterAFailedFinish: recording outcomes fails three times
+// in a row; the relay tries again, so every event is delivered once and
+// every attempt recorded once: no repeat after the leases, and no attempt
+// written twice when the failure came after the COMMIT.
+func TestRelayRecordsAfterAFailedFinish(t *testing.T) {
+	t.Parallel()
+	for _, after := range []bool{false, true} {
+		name := "rolled back"
+		if after {
+			name = "committed, answer lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.New(t)
+			ids := record(t, d, 40)
+			rcv := newReceiver(t, func(string, int) (int, time.Duration) { return 200, 0 })
+			q := &failingFinish{fails: 3, after: after}
+			// A lease far longer than the test: a repeat could only come
+			// from an outcome the relay gave up on.
+			startRelay(t, d, rcv.url, relayOpts{timeout: time.Minute, queue: func(inner outbox.Queue) outbox.Queue {
+				q.Queue = inner
+				return q
+			}})
+			waitSettled(t, d)
+			if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != int64(len(ids)) {
+				t.Errorf("%d of %d events delivered", n, len(ids))
+			}
+			if n := rcv.total(); n != len(ids) {
+				t.Errorf("the receiver saw %d attempts of %d events", n, len(ids))
+			}
+			if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); n != int64(len(ids)) {
+				t.Errorf("%d attempts recorded for %d events delivered once each", n, len(ids))
+			}
+			if n := q.calls.Load(); n <= q.fails {
+				t.Errorf("Finish called %d times: the failures were never retried", n)
+			}
+		})
 	}
 }

@@ -186,6 +186,8 @@ const finishBudget = 5 * time.Second
 const (
 	shutdownGrace   = 5 * time.Second
 	maxClaimBackoff = 5 * time.Second
+	// finishRetryPause grows with each failed try of record, ±50%.
+	finishRetryPause = 50 * time.Millisecond
 )
 
 // attempt runs one delivery (ctx is Run's attempt context) and decides its
@@ -224,10 +226,36 @@ func (r *Relay) finisher(ctx context.Context, finished <-chan Finished, slots <-
 	}
 }
 
+// record writes a batch's outcomes. A Finish that failed recorded nothing
+// (its transaction rolled back), so it is run again, with a growing pause,
+// until it succeeds or finishBudget is spent: a deadlock with a claim, a
+// lock wait that timed out or a dropped connection would otherwise cost
+// every receiver of the batch a repeat after the leases. Running it again
+// after a COMMIT whose answer was lost records nothing twice: the claims
+// are released, and a queue records only where its token still holds.
 func (r *Relay) record(ctx context.Context, batch []Finished) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishBudget)
 	defer cancel()
-	held, err := r.q.Finish(fctx, batch)
+	var (
+		held []bool
+		err  error
+	)
+	for try := 1; ; try++ {
+		if held, err = r.q.Finish(fctx, batch); err == nil {
+			break
+		}
+		pause := time.Duration(float64(time.Duration(min(try, 10))*finishRetryPause) * (0.5 + r.o.Rand()))
+		t := time.NewTimer(pause)
+		select {
+		case <-fctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if fctx.Err() != nil {
+			break
+		}
+		r.o.Log.Info("outbox outcomes not recorded yet; trying again", "jobs", len(batch), "try", try, "err", err.Error())
+	}
 	if err != nil {
 		// The leases end and other attempts follow: at-least-once.
 		r.o.Log.Warn("outbox outcomes not recorded; the jobs are attempted again after their lease",
