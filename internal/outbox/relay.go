@@ -99,13 +99,24 @@ func (r *Relay) Run(ctx context.Context) {
 		context.AfterFunc(actx, func() { t.Stop() })
 	})
 	defer stopGrace()
+	// Recording outlives ctx as well, by shutdownGrace (when the last
+	// attempts end) and finishBudget more, all batches together: a
+	// database that keeps failing them cannot hold the shutdown longer,
+	// however many batches are left.
+	rctx, cancelRecords := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRecords()
+	stopRecords := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(shutdownGrace+finishBudget, cancelRecords)
+		context.AfterFunc(rctx, func() { t.Stop() })
+	})
+	defer stopRecords()
 	slots := make(chan struct{}, r.o.Concurrency)
 	// wg counts the attempts not yet recorded; each holds its slot until
 	// the finisher has recorded it.
 	var wg sync.WaitGroup
 	finished := make(chan Finished, r.o.Concurrency)
 	finisherDone := make(chan struct{})
-	go func() { defer close(finisherDone); r.finisher(ctx, finished, slots, &wg) }()
+	go func() { defer close(finisherDone); r.finisher(rctx, finished, slots, &wg) }()
 	defer func() {
 		wg.Wait()
 		close(finished)
@@ -201,7 +212,7 @@ func (r *Relay) attempt(ctx context.Context, j Job, token Token, deadline time.T
 
 // finisher records outcomes as they come, up to finishBatch per
 // transaction, then frees their slots. It returns when finished is
-// closed and drained.
+// closed and drained. ctx is Run's recording context.
 func (r *Relay) finisher(ctx context.Context, finished <-chan Finished, slots <-chan struct{}, wg *sync.WaitGroup) {
 	batch := make([]Finished, 0, finishBatch)
 	for f := range finished {
@@ -234,7 +245,7 @@ func (r *Relay) finisher(ctx context.Context, finished <-chan Finished, slots <-
 // after a COMMIT whose answer was lost records nothing twice: the claims
 // are released, and a queue records only where its token still holds.
 func (r *Relay) record(ctx context.Context, batch []Finished) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishBudget)
+	fctx, cancel := context.WithTimeout(ctx, finishBudget)
 	defer cancel()
 	var (
 		held []bool
