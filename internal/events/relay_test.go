@@ -165,6 +165,8 @@ type relayOpts struct {
 	outcomes *outcomeCount
 	// queue, if set, wraps the relay's queue (fault injection).
 	queue func(outbox.Queue) outbox.Queue
+	// dbConfig, if set, is where the relay's pool connects instead of d.
+	dbConfig *mysql.Config
 }
 
 type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
@@ -172,7 +174,11 @@ type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
 // startRelay runs a relay over its own pool of d until the test ends.
 func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Relay {
 	t.Helper()
-	pool, err := db.OpenPool(d.Config, 4)
+	cfg := d.Config
+	if o.dbConfig != nil {
+		cfg = o.dbConfig
+	}
+	pool, err := db.OpenPool(cfg, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

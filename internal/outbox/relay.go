@@ -164,6 +164,8 @@ type claimed struct {
 }
 
 func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
+	ctx, cancel := context.WithTimeout(ctx, claimBudget)
+	defer cancel()
 	now := r.o.Now()
 	token := NewToken()
 	jobs, err := r.q.Claim(ctx, now, now.Add(r.o.Timeout+r.o.LeaseMargin), n, token)
@@ -181,6 +183,14 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 // began: the attempts happened, and recording them spares the receivers a
 // repeat.
 const finishBudget = 5 * time.Second
+
+// claimBudget bounds one claim, a short transaction that waits for no
+// row (SKIP LOCKED). Run's context ends only at shutdown: without a bound
+// of its own, a claim on a connection that died silently (no answer, no
+// reset) waited until the operating system gave up on it, and the relay
+// attempted nothing meanwhile. A claim cut off after its COMMIT leaves
+// its jobs to their leases, as a relay that died would.
+const claimBudget = 5 * time.Second
 
 // Shutdown and failure bounds of Run.
 const (
