@@ -359,3 +359,56 @@ func TestAutomaticRefunds(t *testing.T) {
 		t.Errorf("reconcile: returned %d, to refund %d, findings %v", rep.Returned, rep.ToRefund, rep.Findings)
 	}
 }
+
+// TestRefusalFailsTheRefundDespiteALockedOrder: the provider refuses a
+// refund for good on the call's last attempt while another transaction
+// holds the order's row a little longer than a lock wait (1 s), as a
+// request on the same order can under load. The refusal still fails the
+// refund and releases its reservation (CONTRACT §11.1): the provider's
+// answer is final, and a lock wait on our side must not turn it into a
+// refund left PENDING with its call failed.
+func TestRefusalFailsTheRefundDespiteALockedOrder(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	var orderNo string
+	var held sync.WaitGroup
+	f := newFakeProvider(t, func(_ string, n int) int {
+		if n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		// The last attempt: lock the order for 1.5 s, then refuse.
+		tx := d.Gorm.Begin()
+		var got string
+		if err := tx.Raw(`SELECT order_no FROM orders WHERE order_no = ? FOR UPDATE`, orderNo).Row().Scan(&got); err != nil {
+			t.Errorf("lock the order: %v", err)
+		}
+		held.Go(func() {
+			time.Sleep(1500 * time.Millisecond)
+			tx.Commit()
+		})
+		return http.StatusBadRequest
+	})
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
+		withProviderAPI(f)(c)
+		c.Notify.Schedule = []time.Duration{20 * time.Millisecond} // one retry: the second attempt is the last
+	})
+	o := s.createOrder(t, "lk-1", 1000, "EUR")
+	orderNo = o.OrderNo
+	s.pay(t, o, "txn-lk-1")
+	rn := s.refundNo(t, o.OrderNo, "refund-lk-1", 400)
+	runCalls(t, s.app, 1)
+	eventually(t, "call finished", func() bool {
+		return d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE refund_no = ? AND status <> 0`, rn) == 1
+	})
+	held.Wait()
+	if n := len(f.refundCalls()[rn]); n != 2 {
+		t.Fatalf("%d calls, want 2 (a 503, then the refusal)", n)
+	}
+	got := s.getOrder(t, o.OrderNo)
+	if st := cbRefundStatus(t, d, rn); st != "FAILED" || got.PendingRefundAmount != 0 {
+		t.Errorf("after the refusal: refund %s, order %v; want FAILED with nothing pending", st, got)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE type = 'refund.failed'`); n != 1 {
+		t.Errorf("%d refund.failed events, want 1", n)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // with their attempts, batch events at a time, and returns how many events
 // it deleted. Each batch is a plain SELECT of the oldest ids (a range of
 // the primary key: ids are time-ordered), then one READ COMMITTED
-// transaction that deletes their attempts and them by key, so that it
+// transaction that deletes them and then their attempts by key, so that it
 // locks only the rows it deletes (see idempotency.Purge for why not a
 // DELETE … ORDER BY … LIMIT). Several instances may purge at once: a row
 // another deleted first is simply not counted. onBatch, if set, is told
@@ -38,11 +38,15 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 			var n int64
 			err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 				in := "(?" + strings.Repeat(",?", len(chunk)-1) + ")"
-				if _, err := db.Exec(ctx, tx, `DELETE FROM event_attempts WHERE event_id IN `+in, chunk...); err != nil {
+				// The events first: Finish adds an attempt only while it
+				// holds its event's row, so once the events are deleted
+				// (or their Finish committed first) no attempt of theirs
+				// can come after the second DELETE.
+				var err error
+				if n, err = db.Exec(ctx, tx, `DELETE FROM events WHERE id IN `+in, chunk...); err != nil {
 					return err
 				}
-				var err error
-				n, err = db.Exec(ctx, tx, `DELETE FROM events WHERE id IN `+in, chunk...)
+				_, err = db.Exec(ctx, tx, `DELETE FROM event_attempts WHERE event_id IN `+in, chunk...)
 				return err
 			}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 			if err != nil {

@@ -165,6 +165,8 @@ type relayOpts struct {
 	outcomes *outcomeCount
 	// queue, if set, wraps the relay's queue (fault injection).
 	queue func(outbox.Queue) outbox.Queue
+	// dbConfig, if set, is where the relay's pool connects instead of d.
+	dbConfig *mysql.Config
 }
 
 type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
@@ -172,7 +174,11 @@ type outcomeCount struct{ delivered, failed, exhausted atomic.Int64 }
 // startRelay runs a relay over its own pool of d until the test ends.
 func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Relay {
 	t.Helper()
-	pool, err := db.OpenPool(d.Config, 4)
+	cfg := d.Config
+	if o.dbConfig != nil {
+		cfg = o.dbConfig
+	}
+	pool, err := db.OpenPool(cfg, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,5 +558,47 @@ func TestRelayRecordsAfterAFailedFinish(t *testing.T) {
 				t.Errorf("Finish called %d times: the failures were never retried", n)
 			}
 		})
+	}
+}
+
+// TestShutdownCutAttemptIsNotItsLast: the relay shuts down while the last
+// attempt the schedule allows is in flight, to a receiver slower than the
+// shutdown grace (5 s) but within the attempt's timeout. The attempt is
+// cut short by the shutdown, not failed by the receiver: the event must
+// not be given up on (delivery failed, never attempted again); the next
+// relay delivers it.
+func TestShutdownCutAttemptIsNotItsLast(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ids := record(t, d, 1)
+	entered := make(chan struct{}, 1)
+	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
+		if n == 1 {
+			entered <- struct{}{}
+			return 200, 8 * time.Second // within the 20 s timeout, past the grace
+		}
+		return 200, 0
+	})
+	pool, err := db.OpenPool(d.Config, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close(pool) })
+	n := events.NewNotifier(endpoint(t, rcv.url), nil)
+	// No retries: the first attempt is the last.
+	r := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{Timeout: 20 * time.Second, Poll: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	<-entered
+	cancel()
+	<-done
+	if got := deliveryOf(t, d, ids[0]); got != events.DeliveryPending {
+		t.Fatalf("after a shutdown cut its attempt short: delivery %s, want pending", got)
+	}
+	startRelay(t, d, rcv.url, relayOpts{timeout: 20 * time.Second})
+	waitSettled(t, d)
+	if got, h := deliveryOf(t, d, ids[0]), rcv.hitsOf(ids[0]); got != events.DeliveryDelivered || h != 2 {
+		t.Errorf("after a restart: delivery %s, %d attempts received; want delivered, 2", got, h)
 	}
 }

@@ -85,10 +85,10 @@ func (r *Relay) Wake() {
 }
 
 // Run delivers until ctx is done, then lets the attempts in flight run for
-// up to shutdownGrace more (an attempt cut short is a failed attempt,
-// retried on the schedule) and records them. A claim that fails (the
-// database is away) is retried after Poll, backing off to maxClaimBackoff
-// while it keeps failing.
+// up to shutdownGrace more (an attempt cut short is a failed attempt, due
+// again at once without using a retry: see attempt) and records them. A
+// claim that fails (the database is away) is retried after Poll, backing
+// off to maxClaimBackoff while it keeps failing.
 func (r *Relay) Run(ctx context.Context) {
 	// Attempts outlive ctx by shutdownGrace: cutting them off at once
 	// would only make their receivers see them again.
@@ -175,6 +175,8 @@ type claimed struct {
 }
 
 func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
+	ctx, cancel := context.WithTimeout(ctx, claimBudget)
+	defer cancel()
 	now := r.o.Now()
 	token := NewToken()
 	jobs, err := r.q.Claim(ctx, now, now.Add(r.o.Timeout+r.o.LeaseMargin), n, token)
@@ -193,6 +195,14 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 // repeat.
 const finishBudget = 5 * time.Second
 
+// claimBudget bounds one claim, a short transaction that waits for no
+// row (SKIP LOCKED). Run's context ends only at shutdown: without a bound
+// of its own, a claim on a connection that died silently (no answer, no
+// reset) waited until the operating system gave up on it, and the relay
+// attempted nothing meanwhile. A claim cut off after its COMMIT leaves
+// its jobs to their leases, as a relay that died would.
+const claimBudget = 5 * time.Second
+
 // Shutdown and failure bounds of Run.
 const (
 	shutdownGrace   = 5 * time.Second
@@ -202,11 +212,19 @@ const (
 )
 
 // attempt runs one delivery (ctx is Run's attempt context) and decides its
-// outcome.
+// outcome. An attempt that failed because the shutdown cut it short (ctx
+// cancelled before its deadline) was not failed by its receiver: it is
+// recorded, and due again at once with the retries it had, instead of
+// taking a retry of the schedule, so that a last attempt cut short does
+// not give the job up.
 func (r *Relay) attempt(ctx context.Context, j Job, token Token, deadline time.Time) Finished {
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	a := r.deliver(actx, j)
+	cut := a.Err != nil && errors.Is(actx.Err(), context.Canceled)
 	cancel()
+	if cut {
+		return Finished{Job: j, Token: token, Outcome: Outcome{Attempt: a, RetryAt: a.At.Add(a.Duration), Retries: j.Retries}}
+	}
 	return Finished{Job: j, Token: token, Outcome: r.o.Schedule.Decide(j, a, r.o.Rand)}
 }
 

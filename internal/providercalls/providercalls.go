@@ -248,7 +248,7 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 	case providers.IsPermanent(err):
 		// Decided: the provider will not refund this. The refund fails
 		// now; recording it as done ends the row's retries.
-		if ferr := d.fail(ctx, c); ferr != nil {
+		if ferr := d.failRefused(ctx, c); ferr != nil {
 			a.Err = fmt.Errorf("refused (%v); failing the refund: %w", err, ferr)
 			return a
 		}
@@ -256,6 +256,37 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 		a.Err = err
 	}
 	return a
+}
+
+// failBudget bounds failing a refused refund. It ends well before the
+// claim's lease (the attempt's deadline plus outbox LeaseMargin, 10 s by
+// default), so no other relay attempts the call meanwhile.
+const failBudget = 5 * time.Second
+
+// failRefused runs fail after a permanent refusal. The refusal is final,
+// so failing the refund must not depend on the attempt's context, whose
+// deadline the provider's answer may have nearly spent and which a
+// shutdown cancels, nor give up at a lock wait or a deadlock: a failed
+// attempt is retried on the schedule only if a retry is left, and after
+// the last one the call would be failed with its refund still PENDING
+// and its amount reserved. fail is idempotent (FailRefund fails only a
+// PENDING refund), so running it again is safe.
+func (d *Deliverer) failRefused(ctx context.Context, c Call) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failBudget)
+	defer cancel()
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		err := d.fail(fctx, c)
+		if err == nil || !db.IsRetryable(err) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-fctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // fail marks the call failed and fails a merchant's refund with it, in
