@@ -146,7 +146,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 			_ = pre.Close()
 		}
 	}
-	relayPool, err := db.OpenPool(dbcfg, relayConns)
+	relayPool, err := db.OpenPool(db.BackgroundConfig(dbcfg), relayConns)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)

@@ -270,7 +270,7 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 	if err != nil {
 		return 0, err
 	}
-	pool, err := db.OpenPool(sc.cfg, 4)
+	pool, err := db.OpenPool(db.BackgroundConfig(sc.cfg), 4)
 	if err != nil {
 		return 0, err
 	}

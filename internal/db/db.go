@@ -112,6 +112,26 @@ func QuoteIdent(name string) string {
 	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
 }
 
+// BackgroundReadTimeout bounds every read on a pool of background work
+// (the relays'), whose statements run under no request's deadline. A
+// COMMIT, which database/sql sends without a context, on a connection
+// that died silently (no reset: a load balancer's or NAT's idle timeout,
+// a failover) otherwise waits until the kernel gives up on it, minutes
+// later, and the relay with it. None of their statements waits this long
+// for its next packet (lock waits end at LockWaitTimeout); one that does
+// fails, and its work is done again (at-least-once). Request pools have
+// the idempotency engine's cut-off instead, which closes the connection
+// of a transaction past its lease.
+const BackgroundReadTimeout = 10 * time.Second
+
+// BackgroundConfig returns a copy of cfg for a pool of background work:
+// reads time out after BackgroundReadTimeout.
+func BackgroundConfig(cfg *mysql.Config) *mysql.Config {
+	c := cfg.Clone()
+	c.ReadTimeout = BackgroundReadTimeout
+	return c
+}
+
 // Open returns a gorm handle over a pool of DefaultMaxConns connections to
 // cfg's database; see OpenPool.
 func Open(cfg *mysql.Config) (*gorm.DB, error) { return OpenPool(cfg, DefaultMaxConns) }

@@ -178,7 +178,8 @@ func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Rel
 	if o.dbConfig != nil {
 		cfg = o.dbConfig
 	}
-	pool, err := db.OpenPool(cfg, 4)
+	// As serve opens the relay's pool.
+	pool, err := db.OpenPool(db.BackgroundConfig(cfg), 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -25,6 +26,12 @@ type silencer struct {
 	mu     sync.Mutex
 	links  []*atomic.Bool // silent flags of the open connections
 	conns  []net.Conn
+	// loseCommitAfter, if set, is a statement: the COMMIT that follows it
+	// on the same connection is dropped, the server's side of that
+	// connection closed (the server rolls back) and the client's left
+	// silent, once.
+	loseCommitAfter atomic.Pointer[[]byte]
+	commitLost      atomic.Bool
 }
 
 func newSilencer(t testing.TB, target string) *silencer {
@@ -64,10 +71,22 @@ func (s *silencer) serve(client net.Conn) {
 	s.links = append(s.links, silent)
 	s.conns = append(s.conns, client, server)
 	s.mu.Unlock()
+	armed := false // this connection sent loseCommitAfter's statement
 	pipe := func(dst, src net.Conn) {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
+			if n > 0 && dst == server && !silent.Load() {
+				if after := s.loseCommitAfter.Load(); after != nil && bytes.Contains(buf[:n], *after) {
+					armed = true
+				}
+				// COM_QUERY (3) "COMMIT", as the driver sends it.
+				if armed && bytes.Contains(buf[:n], []byte("\x03COMMIT")) && s.loseCommitAfter.CompareAndSwap(s.loseCommitAfter.Load(), nil) {
+					silent.Store(true)
+					s.commitLost.Store(true)
+					_ = server.Close()
+				}
+			}
 			if n > 0 && !silent.Load() {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
@@ -126,4 +145,36 @@ func TestRelaySurvivesSilentConnections(t *testing.T) {
 			t.Errorf("%s never reached the receiver", id)
 		}
 	}
+}
+
+// TestRelaySurvivesALostCommit: the COMMIT of a transaction recording
+// outcomes goes out on a connection that has just died silently: the
+// server never gets it (and rolls back), the relay never hears back.
+// database/sql sends a COMMIT without a context, so only the pool's read
+// timeout (db.BackgroundConfig) ends the wait; without it the relay's
+// finisher waited for ever, holding its slots, and nothing more was
+// delivered. With it the outcomes are lost, and the events are attempted
+// again after their leases: every one reaches the receiver.
+func TestRelaySurvivesALostCommit(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	px := newSilencer(t, d.Config.Addr)
+	finish := []byte("INSERT INTO event_attempts")
+	px.loseCommitAfter.Store(&finish)
+	ids := record(t, d, 20)
+	rcv := newReceiver(t, func(string, int) (int, time.Duration) { return 200, 0 })
+	startRelay(t, d, rcv.url, relayOpts{dbConfig: px.config(d), timeout: 2 * time.Second})
+	waitSettled(t, d)
+	if !px.commitLost.Load() {
+		t.Fatal("no COMMIT of a Finish was lost: the test did not test anything")
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != int64(len(ids)) {
+		t.Errorf("%d of %d events delivered", n, len(ids))
+	}
+	for _, id := range ids {
+		if rcv.hitsOf(id) == 0 {
+			t.Errorf("%s never reached the receiver", id)
+		}
+	}
+	t.Logf("%d attempts for %d events (the lost batch's were repeated)", rcv.total(), len(ids))
 }
