@@ -229,6 +229,20 @@ func waitSettled(t testing.TB, d *dbtest.DB) {
 	}
 }
 
+// allDelivered checks that every event in the table is delivered and that
+// each of ids reached the receiver.
+func allDelivered(t testing.TB, d *dbtest.DB, rcv *receiver, ids []string) {
+	t.Helper()
+	if n, all := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`), d.Count(t, `SELECT COUNT(*) FROM events`); n != all {
+		t.Errorf("%d of %d events delivered", n, all)
+	}
+	for _, id := range ids {
+		if rcv.hitsOf(id) == 0 {
+			t.Errorf("%s never reached the receiver", id)
+		}
+	}
+}
+
 func attemptsOf(t testing.TB, d *dbtest.DB, id string) []events.Attempt {
 	t.Helper()
 	a, err := events.Attempts(context.Background(), d.Gorm, id)
@@ -443,19 +457,12 @@ func TestRelaysShareTheTable(t *testing.T) {
 	}
 	waitSettled(t, d)
 	t.Logf("300 events, %d attempts, settled in %v", rcv.total(), time.Since(start))
-	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != int64(len(ids)) {
-		t.Errorf("%d of %d events delivered", n, len(ids))
-	}
+	allDelivered(t, d, rcv, ids)
 	if n := rcv.overlaps.Load(); n != 0 {
 		t.Errorf("%d overlapping attempts of one event", n)
 	}
 	if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); n != int64(rcv.total()) {
 		t.Errorf("%d attempts recorded, the receiver saw %d", n, rcv.total())
-	}
-	for _, id := range ids {
-		if rcv.hitsOf(id) == 0 {
-			t.Errorf("%s never reached the receiver", id)
-		}
 	}
 }
 
@@ -546,9 +553,7 @@ func TestRelayRecordsAfterAFailedFinish(t *testing.T) {
 				return q
 			}})
 			waitSettled(t, d)
-			if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != int64(len(ids)) {
-				t.Errorf("%d of %d events delivered", n, len(ids))
-			}
+			allDelivered(t, d, rcv, ids)
 			if n := rcv.total(); n != len(ids) {
 				t.Errorf("the receiver saw %d attempts of %d events", n, len(ids))
 			}
