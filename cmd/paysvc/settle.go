@@ -40,7 +40,10 @@ func settleCmd(ctx context.Context, cfg config.Config, args []string, stdout io.
 		return &exitError{code: 2, err: err}
 	}
 	defer db.Close(gdb)
-	res, err := settlement.Run(ctx, gdb, day, settlement.Options{Merchant: *merchant, Now: time.Now})
+	res, err := settlement.Run(ctx, gdb, day, settlement.Options{Merchant: *merchant, Now: time.Now,
+		// Every business transaction commits within the lease of its
+		// start: past it (and a margin for clocks), the day is whole.
+		Grace: max(settlement.DefaultGrace, cfg.Lease+30*time.Second)})
 	for _, s := range res.New {
 		fmt.Fprintln(stdout, s)
 	}

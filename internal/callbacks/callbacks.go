@@ -94,7 +94,17 @@ func (h *Handler) Apply(ctx context.Context, provider string, header http.Header
 		h.count("unknown", "", "unknown_provider")
 		return Outcome{}, ErrUnknownProvider
 	}
-	parsed, err := adapter.Parse(header, raw)
+	var parsed providers.Parsed
+	var err error
+	if at, ok := ctx.Value(receivedAtKey{}).(time.Time); ok {
+		if in, ok := adapter.(providers.InboundAt); ok {
+			parsed, err = in.ParseAt(header, raw, at)
+		} else {
+			parsed, err = adapter.Parse(header, raw)
+		}
+	} else {
+		parsed, err = adapter.Parse(header, raw)
+	}
 	switch {
 	case errors.Is(err, providers.ErrInvalidSignature):
 		// Why goes to the log only: "302s behind, tolerance 300s" would
@@ -113,6 +123,18 @@ func (h *Handler) Apply(ctx context.Context, provider string, header http.Header
 	}
 	res, err := h.ApplyEvent(ctx, provider, parsed)
 	return Outcome{Result: res}, err
+}
+
+type receivedAtKey struct{}
+
+// WithReceivedAt returns ctx for an event a broker took at t (the JetStream
+// intake, CONTRACT §15): Apply judges its signature's timestamp against t,
+// not now, since the message may have waited in the stream — for a consumer
+// that was down, or for its own redeliveries — longer than the tolerance.
+// The tolerance still refuses a replay: an old capture published anew is
+// taken late.
+func WithReceivedAt(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, receivedAtKey{}, t)
 }
 
 // ApplyEvent applies an event already verified and mapped: the engine with

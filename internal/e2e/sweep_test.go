@@ -227,3 +227,43 @@ func TestSweepRace(t *testing.T) {
 	t.Logf("race: %d PAID, %d CLOSED (%d of them late payments, refunded automatically); sweepers %+v; %d status queries",
 		paid, closed, late, counts, f.queries())
 }
+
+// TestSweepRecordsEveryPaymentFound: the customer was charged twice for
+// one order (a double submit at the provider) and both callbacks were
+// lost. The sweep applies the first and must record the second too, as
+// its callback would have been (duplicate_payment, refunded automatically
+// through the provider API, CONTRACT §11.2): otherwise paysvc never learns
+// of money it took, nobody refunds it, and reconcile is clean.
+func TestSweepRecordsEveryPaymentFound(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	clock := newFakeClock()
+	f := newFakeProvider(t, nil)
+	s := cbNewService(t, d, app.Options{Now: clock.Now}, withTTL(withProviderAPI(f)))
+	o := s.createOrder(t, "twice-1", 700, "EUR")
+	f.paid(o, "txn-twice-a")
+	f.paid(o, "txn-twice-b")
+	clock.Advance(sweepTTL + time.Second)
+	if c := mustSweep(t, s.app); c.Recovered != 1 || c.Closed != 0 {
+		t.Fatalf("sweep: %+v, want 1 recovered", c)
+	}
+	if got := s.getOrder(t, o.OrderNo); got.Status != "PAID" {
+		t.Fatalf("order %v, want PAID", got)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM payments WHERE order_no = ? AND status = 'SUCCEEDED'`, o.OrderNo); n != 2 {
+		t.Errorf("%d succeeded payments recorded, want 2: a charge the provider reported was dropped", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM payments WHERE order_no = ? AND result = 'duplicate_payment'`, o.OrderNo); n != 1 {
+		t.Errorf("%d duplicate_payment rows, want 1", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE kind = 1 AND order_no = ?`, o.OrderNo); n != 1 {
+		t.Errorf("%d automatic refunds decided, want 1", n)
+	}
+	for _, txn := range []string{"txn-twice-a", "txn-twice-b"} {
+		a := s.send(t, cbPaid(o, txn))
+		if !a.Replayed {
+			t.Errorf("late callback %s: %v, want a replay of what the sweep stored", txn, a)
+		}
+	}
+	cbReconcileClean(t, d)
+}

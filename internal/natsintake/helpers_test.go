@@ -117,11 +117,20 @@ type env struct {
 
 func newEnv(t testing.TB, opts app.Options) *env {
 	t.Helper()
+	return newEnvConfig(t, opts, nil)
+}
+
+// newEnvConfig is newEnv with the configuration changed by edit first.
+func newEnvConfig(t testing.TB, opts app.Options, edit func(*config.Config)) *env {
+	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{apiKey: merchant}
 	cfg.WebhookSecrets = map[string][]string{provider: {rawSecret}}
+	if edit != nil {
+		edit(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)

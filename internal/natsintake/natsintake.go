@@ -245,11 +245,14 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 				header.Add(k, v) // canonicalises webhook-id as HTTP does
 			}
 		}
-		_, err := c.apply.Apply(actx, provider, header, msg.Data())
 		delivered := uint64(1)
 		if md, mdErr := msg.Metadata(); mdErr == nil {
 			delivered = md.NumDelivered
+			// The signature is judged by when the stream took the
+			// message, not by how long it waited there.
+			actx = callbacks.WithReceivedAt(actx, md.Timestamp)
 		}
+		_, err := c.apply.Apply(actx, provider, header, msg.Data())
 		d = decide(err, delivered, c.o.RetryDelay, c.o.MaxRetryDelay)
 	}
 	if c.o.BeforeSettle != nil && !c.o.BeforeSettle(msg.Subject(), d.Action) {

@@ -106,6 +106,15 @@ type Inbound interface {
 	Parse(header http.Header, body []byte) (Parsed, error)
 }
 
+// InboundAt is an Inbound that can judge a signature's timestamp against a
+// given time rather than now: the time a broker took the message, for an
+// event that waited in a stream (CONTRACT §15). An event consumed later
+// than the tolerance after it was published is still the event its sender
+// signed; a replay of an old capture, published anew, is not.
+type InboundAt interface {
+	ParseAt(header http.Header, body []byte, at time.Time) (Parsed, error)
+}
+
 // RefundRequest is one refund asked of a provider.
 type RefundRequest struct {
 	// Key is our Idempotency-Key: the refund_no of a merchant refund,

@@ -74,7 +74,19 @@ type Options struct {
 	AfterMerchant func(merchantID string) error
 	// ReadChunk is how many ledger ids one read covers (default 50,000).
 	ReadChunk int
+	// Grace is how long after the day's end a run waits before it reads
+	// the day (default DefaultGrace): a transaction stamps its ledger
+	// entries with the time it ran and commits later, within its lease,
+	// so an entry of 23:59:59.999 may commit after midnight. A run that
+	// read the day before it committed would settle the merchant without
+	// it, for good. Runs that start later than that do not wait.
+	Grace time.Duration
 }
+
+// DefaultGrace is Options.Grace when none is set: the default lease
+// (PAYSVC_IDEMPOTENCY_LEASE, 30s), which bounds every business
+// transaction, and as much again for the clocks of other instances.
+const DefaultGrace = time.Minute
 
 // Result is what a run did.
 type Result struct {
@@ -99,6 +111,16 @@ func Run(ctx context.Context, gdb *gorm.DB, day time.Time, o Options) (Result, e
 	from := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
 	if o.ReadChunk <= 0 {
 		o.ReadChunk = defaultReadChunk
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	// Just after the day's end, let the transactions stamped before it
+	// commit first.
+	if end, now := from.AddDate(0, 0, 1), o.Now(); !now.Before(end) && now.Before(end.Add(o.Grace)) {
+		if err := sleep(ctx, end.Add(o.Grace).Sub(now)); err != nil {
+			return Result{}, err
+		}
 	}
 	byMerchant, err := scan(ctx, gdb, from, o.Merchant, o.ReadChunk)
 	if err != nil {

@@ -136,7 +136,11 @@ func (s *Sweeper) page(ctx context.Context, now time.Time, after overdue, n int)
 
 // one sweeps one order: "" when another actor moved it first.
 func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, error) {
-	unreachable := false
+	// Every succeeded payment found is applied, not only the first: a
+	// second charge of the order is then recorded as its callback would
+	// record it (duplicate_payment, refunded automatically), where
+	// stopping at the first left money taken that nobody knew of.
+	unreachable, recovered, paid := false, false, false
 	for _, name := range s.Providers.OutboundProviders() {
 		out, _ := s.Providers.Outbound(name)
 		found, err := out.PaymentsByOrder(ctx, o.orderNo)
@@ -160,13 +164,18 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 				continue
 			}
 			if s.StoredResult(res.Response) == payments.Applied {
-				if res.Replayed() {
-					// Its callback (or another sweeper) applied it first.
-					return "", nil
-				}
-				return Recovered, nil
+				// Replayed: its callback (or another sweeper) applied it
+				// first.
+				recovered = recovered || !res.Replayed()
+				paid = true
 			}
 		}
+	}
+	switch {
+	case recovered:
+		return Recovered, nil
+	case paid:
+		return "", nil
 	}
 	if unreachable && now.Before(o.expiresAt.Add(s.TTL)) {
 		return Deferred, nil

@@ -225,6 +225,14 @@ func NewVerifier(secrets []Secret, tolerance time.Duration, now func() time.Time
 // The cheap checks (headers, timestamp) run before any HMAC, so stale
 // replays and garbage cost no hashing of the body.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
+	return v.VerifyAt(h, body, v.now())
+}
+
+// VerifyAt is Verify with the timestamp judged against at instead of now:
+// the time a broker took the message (a JetStream intake), so that a
+// delivery that waited in the stream is judged by when it arrived there,
+// not by how long it waited.
+func (v *Verifier) VerifyAt(h http.Header, body []byte, at time.Time) error {
 	id, err := singleHeader(h, HeaderID)
 	if err != nil {
 		return err
@@ -245,7 +253,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := v.checkTolerance(ts); err != nil {
+	if err := v.checkTolerance(ts, at); err != nil {
 		return err
 	}
 
@@ -333,11 +341,11 @@ func parseTimestamp(s string) (int64, error) {
 // checkTolerance works in whole seconds: the header has no finer resolution,
 // and comparing against a sub-second clock would shrink the window by up to
 // a second depending on when in the second the request arrived.
-func (v *Verifier) checkTolerance(ts int64) error {
+func (v *Verifier) checkTolerance(ts int64, at time.Time) error {
 	if v.tolerance < 0 {
 		return invalid("negative tolerance configured")
 	}
-	now := v.now().Unix()
+	now := at.Unix()
 	tol := uint64(v.tolerance / time.Second)
 	// Differences taken in uint64 are exact for any pair of int64 values,
 	// so a huge timestamp cannot wrap around into the window.

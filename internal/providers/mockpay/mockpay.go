@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
@@ -48,6 +49,18 @@ func (in *Inbound) Parse(header http.Header, body []byte) (providers.Parsed, err
 	if err := in.verifier.Verify(header, body); err != nil {
 		return providers.Parsed{}, err
 	}
+	return in.decode(body)
+}
+
+// ParseAt implements providers.InboundAt.
+func (in *Inbound) ParseAt(header http.Header, body []byte, at time.Time) (providers.Parsed, error) {
+	if err := in.verifier.VerifyAt(header, body, at); err != nil {
+		return providers.Parsed{}, err
+	}
+	return in.decode(body)
+}
+
+func (in *Inbound) decode(body []byte) (providers.Parsed, error) {
 	ev, data, err := payments.DecodeEvent(body)
 	if err != nil {
 		return providers.Parsed{}, err

@@ -178,7 +178,38 @@ func TestVerify(t *testing.T) {
 			if !tc.ok && !errors.Is(err, webhooks.ErrInvalidSignature) {
 				t.Fatalf("Verify = %v, want ErrInvalidSignature", err)
 			}
+			// VerifyAt now judges alike.
+			if err := v.VerifyAt(tc.header, tc.body, now); tc.ok != (err == nil) || (err != nil && !errors.Is(err, webhooks.ErrInvalidSignature)) {
+				t.Fatalf("VerifyAt(now) = %v, want ok %v", err, tc.ok)
+			}
 		})
+	}
+}
+
+// TestVerifyAt: an event a broker took in time verifies however long it
+// waited since; one signed long before the broker took it does not.
+func TestVerifyAt(t *testing.T) {
+	t.Parallel()
+	body := fixture(t, "payment_intent.succeeded.json")
+	v, err := NewVerifier([]string{testSecret}, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedAt := time.Now().Add(-time.Hour)
+	h := signed(body, testSecret, signedAt)
+	if err := v.VerifyAt(h, body, signedAt.Add(time.Minute)); err != nil {
+		t.Errorf("taken a minute after signing, an hour ago: %v", err)
+	}
+	if err := v.Verify(h, body); !errors.Is(err, webhooks.ErrInvalidSignature) {
+		t.Errorf("Verify of an hour-old signature = %v, want ErrInvalidSignature", err)
+	}
+	for _, at := range []time.Time{signedAt.Add(10 * time.Minute), signedAt.Add(-10 * time.Minute)} {
+		if err := v.VerifyAt(h, body, at); !errors.Is(err, webhooks.ErrInvalidSignature) {
+			t.Errorf("VerifyAt %v from signing = %v, want ErrInvalidSignature", at.Sub(signedAt), err)
+		}
+	}
+	if err := v.VerifyAt(signed(body, "whsec_notTheEndpointsSecretAtAll00", signedAt), body, signedAt); !errors.Is(err, webhooks.ErrInvalidSignature) {
+		t.Errorf("VerifyAt with a wrong secret = %v, want ErrInvalidSignature", err)
 	}
 }
 
