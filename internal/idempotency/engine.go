@@ -451,6 +451,10 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	won, err := beginTakeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil || !won {
 		rollback(ctx, conn)
+		if db.IsLockWaitTimeout(err) {
+			// Another taker holds the row and is running: in flight.
+			return Result{}, inFlight, nil
+		}
 		return Result{}, again, err
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)

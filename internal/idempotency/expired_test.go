@@ -142,3 +142,107 @@ func TestDuplicateOfRenewedExpiredKeyIsInFlight(t *testing.T) {
 		t.Errorf("%d live COMPLETED records, want 1", n)
 	}
 }
+
+// TestDuplicateOfTakenOverKeyIsInFlight: the same interleaving on a record
+// a dead holder of an engine that commits its claim first left PROCESSING
+// (a rolling upgrade, package doc): B and A both read the record with its
+// lease run out; A takes it over and runs; B's take-over UPDATE then waits
+// on A's row lock. B is a duplicate of a running request: 409, not the
+// 503 the lock wait timeout (1205) was answered with.
+func TestDuplicateOfTakenOverKeyIsInFlight(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	proxy := dbtest.NewProxy(t, d.Config.Addr)
+	poolB := openPool(t, proxy.Config(d), 1)
+	poolA := openPool(t, d.Config, 2)
+	engineA := idempotency.New(poolA, idempotency.Options{})
+	engineB := idempotency.New(poolB, idempotency.Options{})
+	req := idempotency.Request{Scope: "m:acme", Key: "taken-over", TTL: time.Hour,
+		Fingerprint: idempotency.RequestFingerprint("POST", "/v1/orders", []byte(`{"a":1}`))}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	processing(t, d.Gorm, req.Key, req.Fingerprint, now.Add(-time.Second), now)
+	sqlB, err := poolB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlB.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var execs atomic.Int32
+	run := func(started chan<- struct{}) idempotency.Func {
+		return func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
+			execs.Add(1)
+			if err := insertOrder(ctx, tx, fmt.Sprintf("ord_taken_%d", execs.Load())); err != nil {
+				return idempotency.Response{}, err
+			}
+			if started != nil {
+				close(started)
+			}
+			if err := sleep(ctx, 2500*time.Millisecond); err != nil {
+				return idempotency.Response{}, err
+			}
+			return idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"n":1}`)}, nil
+		}
+	}
+
+	// B: its claim (1062), its read (lease run out), its take-over held.
+	proxy.Set(dbtest.Hold)
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := engineB.Do(ctx, req, run(nil))
+		bDone <- err
+	}()
+	for stage := range 3 {
+		for proxy.Held() == 0 {
+			if err := sleep(ctx, time.Millisecond); err != nil {
+				t.Fatalf("B never sent statement %d", stage+1)
+			}
+		}
+		if stage < 2 {
+			proxy.Set(dbtest.Forward)
+			proxy.Set(dbtest.Hold)
+		}
+	}
+
+	started := make(chan struct{})
+	aDone := make(chan error, 1)
+	var resA idempotency.Result
+	go func() {
+		var err error
+		resA, err = engineA.Do(ctx, req, run(started))
+		aDone <- err
+	}()
+	select {
+	case <-started:
+	case err := <-aDone:
+		t.Fatalf("A ended before running: %v", err)
+	case <-ctx.Done():
+		t.Fatal("A never ran")
+	}
+	proxy.Set(dbtest.Forward)
+
+	errB := <-bDone
+	if errA := <-aDone; errA != nil || resA.Outcome != idempotency.OutcomeTakenOver {
+		t.Fatalf("A: %+v, %v; want the take-over", resA, errA)
+	}
+	var ue *idempotency.UnavailableError
+	var inFlight *idempotency.InFlightError
+	switch {
+	case errors.As(errB, &ue):
+		t.Errorf("B, a duplicate of the running A, was answered unavailable (503): %v; want in flight (409)", errB)
+	case !errors.As(errB, &inFlight):
+		t.Errorf("B: %v, want in flight (409)", errB)
+	}
+	if n := execs.Load(); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM orders`); n != 1 {
+		t.Errorf("%d orders, want 1", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE status = 2`); n != 1 {
+		t.Errorf("%d COMPLETED records, want 1", n)
+	}
+}
