@@ -411,7 +411,13 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	switch {
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
-		return Result{}, again, deleteExpired(ctx, conn, req, id, now)
+		err := deleteExpired(ctx, conn, req, id, now)
+		if db.IsLockWaitTimeout(err) {
+			// The row is locked: a duplicate deleted the expired record
+			// too and has claimed the key anew, and is still running.
+			return Result{}, inFlight, nil
+		}
+		return Result{}, again, err
 	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
 		// Fall through to the take-over. The holder is presumed dead, and a
 		// dead holder stored nothing, so the key is bound to no request any
@@ -445,6 +451,10 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	won, err := beginTakeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
 	if err != nil || !won {
 		rollback(ctx, conn)
+		if db.IsLockWaitTimeout(err) {
+			// Another taker holds the row and is running: in flight.
+			return Result{}, inFlight, nil
+		}
 		return Result{}, again, err
 	}
 	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
