@@ -32,6 +32,10 @@ func FuzzParseSecret(f *testing.F) {
 		}
 		padded := base64.StdEncoding.EncodeToString(s.key)
 		unpadded := base64.RawStdEncoding.EncodeToString(s.key)
+		// encoding/base64 skips \r and \n even in Strict mode, so those
+		// are not spellings of their own; configuration cannot carry them
+		// inside a secret anyway (config splits secrets with strings.Fields).
+		enc = strings.NewReplacer("\r", "", "\n", "").Replace(enc)
 		if enc != padded && enc != unpadded {
 			t.Fatalf("accepted %q, a spelling of the key other than %q or %q", raw, padded, unpadded)
 		}
@@ -41,7 +45,7 @@ func FuzzParseSecret(f *testing.F) {
 				t.Fatalf("spelling %q of the same key: %v", other, err)
 			}
 		}
-		if strings.Contains(s.String(), enc) || strings.Contains(s.GoString(), enc) {
+		if s.String() != "whsec_[REDACTED]" || s.GoString() != "webhooks.Secret{[REDACTED]}" {
 			t.Fatalf("String or GoString shows the key")
 		}
 
