@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -93,7 +94,12 @@ func (s *server) listEvents(c *gin.Context) {
 // or not it still exists) and limit (1-100, default 20). A parameter given
 // twice is invalid: which one was meant?
 func listParams(c *gin.Context) (string, int, error) {
-	q := c.Request.URL.Query()
+	// URL.Query drops the pairs it cannot parse, and a dropped limit=5;x
+	// or after=%zz would silently become the default: refuse instead.
+	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	if err != nil {
+		return "", 0, validate.Invalid("", "malformed query string: "+err.Error())
+	}
 	for _, name := range []string{"after", "limit"} {
 		if len(q[name]) > 1 {
 			return "", 0, validate.Invalid(name, "given more than once")
