@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -487,6 +488,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 	// connection then, as database/sql's Tx did: the server rolls back.
 	co := cutOffAt(txCtx, conn)
 	defer co.disarm()
+	conn = co.conn
 	var resp Response // set once everything but the COMMIT has succeeded
 	err := func() (err error) {
 		defer func() {
@@ -539,10 +541,18 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 
 // cutoff closes a connection when a context ends, and keeps everyone else
 // off the connection while it does: database/sql's Conn does not survive
-// being closed by one goroutine while another starts a statement on it (a
-// nil driver connection panicked in execDC, seen once in the Galera
-// suite, when the lease ran out as a statement failed).
+// being closed by one goroutine while another starts a statement on it. A
+// statement that passes the Conn's "done" check just before the close
+// takes its lock just after it with a nil driver connection and panics in
+// execDC (seen once in the Galera suite, when the lease ran out as a
+// statement failed); the same window panics the cut-off's own Raw when a
+// statement's driver.ErrBadConn closes the Conn. Every statement of the
+// execution therefore goes through conn, whose statements hold mu's read
+// lock, and the cut-off closes the connection under the write lock
+// (TestLeaseCutOffNeverPanics).
 type cutoff struct {
+	conn  *gorm.DB // the connection, for every statement of the execution
+	mu    sync.RWMutex
 	stop  func() bool
 	done  chan struct{}
 	over  bool
@@ -550,12 +560,48 @@ type cutoff struct {
 }
 
 func cutOffAt(ctx context.Context, conn *gorm.DB) *cutoff {
-	c := &cutoff{done: make(chan struct{})}
+	c := &cutoff{done: make(chan struct{}), conn: conn}
+	if pool, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
+		c.conn = conn.WithContext(conn.Statement.Context)
+		c.conn.Statement.ConnPool = guardedConn{conn: pool, mu: &c.mu}
+	}
 	c.stop = context.AfterFunc(ctx, func() {
 		defer close(c.done)
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		discard(conn)
 	})
 	return c
+}
+
+// guardedConn is a connection whose statements exclude the cut-off's close.
+type guardedConn struct {
+	conn *sql.Conn
+	mu   *sync.RWMutex
+}
+
+func (g guardedConn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.conn.PrepareContext(ctx, query)
+}
+
+func (g guardedConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.conn.ExecContext(ctx, query, args...)
+}
+
+func (g guardedConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.conn.QueryContext(ctx, query, args...)
+}
+
+func (g guardedConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.conn.QueryRowContext(ctx, query, args...)
 }
 
 // disarm stops the cut-off, or waits until it has closed the connection;
@@ -588,7 +634,11 @@ func rollback(ctx context.Context, conn *gorm.DB) {
 
 // discard has database/sql close conn's connection instead of pooling it.
 func discard(conn *gorm.DB) {
-	if c, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
+	pool := conn.Statement.ConnPool
+	if g, ok := pool.(guardedConn); ok {
+		pool = g.conn
+	}
+	if c, ok := pool.(*sql.Conn); ok {
 		_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }
