@@ -222,3 +222,67 @@ func waitLockWaits(ctx context.Context, t *testing.T, d *dbtest.DB, n int64) {
 		}
 	}
 }
+
+// TestInFlightWaitEndsIn409: in wait mode a duplicate of a callback still
+// running is answered 409 idempotency_key_in_use when its wait runs out
+// (CONTRACT §4), never 503, even when PAYSVC_IN_FLIGHT_WAIT is set close to
+// PAYSVC_REQUEST_TIMEOUT. Each poll of a waiting duplicate may wait up to
+// the lock wait timeout (1 s) on the holder's uncommitted claim; the engine
+// stops polling when the request's deadline cannot hold one more, instead
+// of having its last poll cut by the deadline (a 503 before: 2.5 s of wait
+// under a 3 s timeout answered 503 after 3.002 s). The holder runs on
+// another instance with the default timeout, held before its COMMIT for
+// longer than the duplicate's whole request.
+func TestInFlightWaitEndsIn409(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load(func(name string) string {
+		return map[string]string{"PAYSVC_IN_FLIGHT": "wait", "PAYSVC_IN_FLIGHT_WAIT": "2500ms",
+			"PAYSVC_REQUEST_TIMEOUT": "3s"}[name]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dbtest.New(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	holder := cbNewService(t, d, app.Options{BeforeCommit: func(ctx context.Context, req idempotency.Request) error {
+		if req.Scope != idempotency.CallbackScope(cbProvider) {
+			return nil
+		}
+		once.Do(func() { close(held) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}}, nil)
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	dup := cbNewService(t, d, app.Options{}, func(c *config.Config) {
+		c.InFlight, c.InFlightWait, c.RequestTimeout = cfg.InFlight, cfg.InFlightWait, cfg.RequestTimeout
+	})
+	o := holder.createOrder(t, "wait-409", 900, "EUR")
+	ev := cbPaid(o, "txn-wait-409")
+	first := make(chan cbAnswer, 1)
+	go func() {
+		a, _ := holder.deliver(context.Background(), holder.deliveryID(), ev.body())
+		first <- a
+	}()
+	<-held
+	start := time.Now()
+	a, err := dup.deliver(context.Background(), dup.deliveryID(), ev.body())
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if !a.inUse() {
+		t.Errorf("duplicate after %v: %v, want 409 idempotency_key_in_use", took.Round(time.Millisecond), a)
+	}
+	t.Logf("duplicate answered %v after %v (wait %v, request timeout %v)", a, took.Round(time.Millisecond),
+		cfg.InFlightWait, cfg.RequestTimeout)
+	free()
+	if a := <-first; !a.is(http.StatusOK, "applied") {
+		t.Errorf("holder: %v, want 200 applied", a)
+	}
+}

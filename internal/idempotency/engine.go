@@ -279,7 +279,11 @@ func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
 			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
 		}
 		pause := min(poll, waitUntil.Sub(now))
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < pause+maxPoll {
+		// A poll usually claims and waits on the holder's row lock, for up
+		// to the lock wait: the request's deadline must hold that as well,
+		// or the poll is cut by it and answered 503.
+		pollCost := pause + time.Duration(db.LockWaitTimeout)*time.Second + maxPoll
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < pollCost {
 			// The request's time is up before the first could finish: the
 			// wait ran out, which is a 409 in wait mode too.
 			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
