@@ -95,24 +95,18 @@ func NewVerifier(secrets []string, tolerance time.Duration) (*Verifier, error) {
 // webhooks.ErrInvalidSignature (401 invalid_signature); the wrapped reason
 // is for logs only.
 func (v *Verifier) Verify(header http.Header, body []byte) error {
-	sig := header.Values(SignatureHeader)
-	switch {
-	case len(sig) == 0 || sig[0] == "":
-		return fmt.Errorf("%w: no %s header", webhooks.ErrInvalidSignature, SignatureHeader)
-	case len(sig) > 1:
-		return fmt.Errorf("%w: %s sent more than once", webhooks.ErrInvalidSignature, SignatureHeader)
-	case len(sig[0]) > maxSignatureHeaderLen:
-		return fmt.Errorf("%w: %s longer than %d bytes", webhooks.ErrInvalidSignature, SignatureHeader, maxSignatureHeaderLen)
+	sig, err := signatureHeader(header)
+	if err != nil {
+		return err
 	}
 	// stripe-go refuses only timestamps older than the tolerance; the
 	// contract's tolerance is a skew both ways, so a timestamp from the
 	// future is refused here.
-	if t, ok := signedAt(sig[0]); ok && t.Sub(v.now()) > v.tolerance {
+	if t, ok := signedAt(sig); ok && t.Sub(v.now()) > v.tolerance {
 		return fmt.Errorf("%w: timestamp %s ahead", webhooks.ErrInvalidSignature, t.Sub(v.now()).Round(time.Second))
 	}
-	var err error
 	for _, secret := range v.secrets {
-		err = webhook.ValidatePayloadWithTolerance(body, sig[0], secret, v.tolerance)
+		err = webhook.ValidatePayloadWithTolerance(body, sig, secret, v.tolerance)
 		if err == nil {
 			return nil
 		}
@@ -124,20 +118,30 @@ func (v *Verifier) Verify(header http.Header, body []byte) error {
 	return fmt.Errorf("%w: %w", webhooks.ErrInvalidSignature, err)
 }
 
+// signatureHeader returns the one Stripe-Signature header, or why it is
+// refused.
+func signatureHeader(header http.Header) (string, error) {
+	sig := header.Values(SignatureHeader)
+	switch {
+	case len(sig) == 0 || sig[0] == "":
+		return "", fmt.Errorf("%w: no %s header", webhooks.ErrInvalidSignature, SignatureHeader)
+	case len(sig) > 1:
+		return "", fmt.Errorf("%w: %s sent more than once", webhooks.ErrInvalidSignature, SignatureHeader)
+	case len(sig[0]) > maxSignatureHeaderLen:
+		return "", fmt.Errorf("%w: %s longer than %d bytes", webhooks.ErrInvalidSignature, SignatureHeader, maxSignatureHeaderLen)
+	}
+	return sig[0], nil
+}
+
 // VerifyAt is Verify with the timestamp judged against at instead of now
 // (providers.InboundAt): stripe-go checks the signatures only, and the
 // age both ways is checked here against at.
 func (v *Verifier) VerifyAt(header http.Header, body []byte, at time.Time) error {
-	sig := header.Values(SignatureHeader)
-	switch {
-	case len(sig) == 0 || sig[0] == "":
-		return fmt.Errorf("%w: no %s header", webhooks.ErrInvalidSignature, SignatureHeader)
-	case len(sig) > 1:
-		return fmt.Errorf("%w: %s sent more than once", webhooks.ErrInvalidSignature, SignatureHeader)
-	case len(sig[0]) > maxSignatureHeaderLen:
-		return fmt.Errorf("%w: %s longer than %d bytes", webhooks.ErrInvalidSignature, SignatureHeader, maxSignatureHeaderLen)
+	sig, err := signatureHeader(header)
+	if err != nil {
+		return err
 	}
-	t, ok := signedAt(sig[0])
+	t, ok := signedAt(sig)
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: no timestamp in %s", webhooks.ErrInvalidSignature, SignatureHeader)
@@ -146,9 +150,8 @@ func (v *Verifier) VerifyAt(header http.Header, body []byte, at time.Time) error
 	case at.Sub(t) > v.tolerance:
 		return fmt.Errorf("%w: timestamp %s old", webhooks.ErrInvalidSignature, at.Sub(t).Round(time.Second))
 	}
-	var err error
 	for _, secret := range v.secrets {
-		err = webhook.ValidatePayloadIgnoringTolerance(body, sig[0], secret)
+		err = webhook.ValidatePayloadIgnoringTolerance(body, sig, secret)
 		if err == nil {
 			return nil
 		}
