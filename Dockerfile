@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
-# Two binaries, paysvc and mockpay, in one small static image that runs as
-# a non-root user. Build: docker build -t paysvc .
+# Two images from one build, each a static binary on distroless as a
+# non-root user:
+#   docker build -t paysvc .                         the service (default target)
+#   docker build --target mockpay -t paysvc-mockpay .  the simulated provider of the demo
+# The service's image holds the paysvc binary alone: no simulator, no lab.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 # Dependencies first, so that a code change does not download them again.
@@ -13,8 +16,13 @@ RUN go build -trimpath -ldflags="-s -w" -o /out/paysvc ./cmd/paysvc \
 
 # distroless/static: CA certificates, tzdata, /etc/passwd with "nonroot"
 # (65532), and no shell or package manager to attack.
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/paysvc /out/mockpay /usr/local/bin/
+FROM gcr.io/distroless/static-debian12:nonroot AS mockpay
+COPY --from=build /out/mockpay /usr/local/bin/
+USER nonroot:nonroot
+ENTRYPOINT ["/usr/local/bin/mockpay"]
+
+FROM gcr.io/distroless/static-debian12:nonroot AS paysvc
+COPY --from=build /out/paysvc /usr/local/bin/
 USER nonroot:nonroot
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/paysvc"]

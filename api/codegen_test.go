@@ -19,7 +19,7 @@ import (
 	_ "go.yaml.in/yaml/v3"
 
 	"github.com/paysvc/paysvc/api"
-	"github.com/paysvc/paysvc/internal/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apitest"
 )
 
 // clientUse is compiled with the generated client: it holds the types the
@@ -143,7 +143,7 @@ func untyped(e ast.Expr) bool {
 // TestComponentsAreUsed: every component of the document is referred to.
 // A component nobody refers to is either a promise no operation keeps or
 // dead text; the router's own answers are referred to by the validator
-// (internal/apitest) by name.
+// (lab/kit/apitest) by name.
 func TestComponentsAreUsed(t *testing.T) {
 	doc := loadSpec(t)
 	byName := map[string]bool{
@@ -168,7 +168,7 @@ func TestComponentsAreUsed(t *testing.T) {
 	for name := range byName {
 		kind, n, _ := strings.Cut(name, "/")
 		if kind == "responses" && doc.Components.Responses[n] == nil {
-			t.Errorf("components/%s is missing: internal/apitest needs it", name)
+			t.Errorf("components/%s is missing: lab/kit/apitest needs it", name)
 		}
 	}
 }

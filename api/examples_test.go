@@ -22,12 +22,12 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/canonjson"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/settlement"
+	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // observed is one real answer of the service.

@@ -24,14 +24,14 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/api"
-	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 func loadSpec(t *testing.T) *openapi3.T {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a MariaDB (or MySQL) server answers on 127.0.0.1:3306 as root
-# with an empty password, as the tests and `paysvc demo` expect: starts it if
+# with an empty password, as the tests and `go run ./cmd/demo` expect: starts it if
 # it is installed and stopped, installs it with apt-get if it is missing.
 # Set PAYSVC_TEST_DSN to point the tests at another server instead.
 set -euo pipefail

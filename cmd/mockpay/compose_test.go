@@ -16,8 +16,8 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/reconcile"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // composeFile is the part of docker-compose.yml this test reads.

@@ -1,6 +1,6 @@
 // Command mockpay is a simulated payment provider for paysvc: it signs and
 // delivers webhooks at-least-once, with duplicates, concurrency, retries
-// with backoff and reordering (package internal/mockpay). `mockpay trigger`
+// with backoff and reordering (package lab/mockpay). `mockpay trigger`
 // sends one event by hand; `mockpay run` drives a running paysvc on its own,
 // as merchant and provider, for the compose demo. main only wires: run is
 // what the tests call.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/mockpay"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
 const receiveUsage = `mockpay receive [flags]

@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/mockpay"
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
 const usage = `mockpay — a simulated payment provider for paysvc

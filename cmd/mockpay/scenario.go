@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/mockpay"
+	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
 const runUsage = `mockpay run — drive a running paysvc on its own (the compose demo)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestReconcileExitCodes: 0 when the books are clean, 1 with each finding

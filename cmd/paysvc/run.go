@@ -14,7 +14,6 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/experiments"
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"gorm.io/gorm"
@@ -30,12 +29,10 @@ Usage:
   paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
   paysvc sweep                 one pass of the order sweep: overdue CREATED orders are recovered
                                from their provider or closed; prints "closed N, recovered M"
-  paysvc demo                  the tour: serve + a simulated provider paying orders, then reconcile
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run
   paysvc settle --date YYYY-MM-DD [--merchant ID]
                                the daily settlement of a UTC day, per merchant and currency, from the
                                ledger; prints each new settlement, then "settled N new, M existing"
-  paysvc experiments [name...] re-measure docs/EXPERIMENTS.md in scratch databases (check-then-insert, commit-order, window, claim-styles; none = all)
   paysvc --help                this text
 
 Configuration comes from PAYSVC_* environment variables; see README.md.
@@ -92,13 +89,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcileCmd(ctx, cfg, stdout)
 	case "settle":
 		return settleCmd(ctx, cfg, args[1:], stdout)
-	case "demo":
-		if len(args) > 1 {
-			return usageError("demo takes no arguments")
-		}
-		return demoCmd(ctx, cfg, stdout, stderr)
-	case "experiments":
-		return experiments.Run(ctx, cfg.DSN, args[1:], stdout, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
 	}
 	return usageError("unknown command %q", args[0])
 }

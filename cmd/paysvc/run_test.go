@@ -27,7 +27,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/migrations"
 )
 

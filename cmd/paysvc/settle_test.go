@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestSettleCommand: one line per new settlement and the summary; a re-run

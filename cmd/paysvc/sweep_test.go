@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestSweepCommand: `paysvc sweep` closes the overdue CREATED order only

@@ -28,7 +28,7 @@ import (
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/providers"
-	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
+	"github.com/paysvc/paysvc/internal/providers/stdwebhooks"
 	stripeadapter "github.com/paysvc/paysvc/internal/providers/stripe"
 )
 
@@ -68,10 +68,10 @@ type Options struct {
 	// tests); a zero field keeps its default.
 	HTTPTimeouts HTTPTimeouts
 	// NoEvents builds the service without its outbox: no events are
-	// written (cmd/bench measures what the outbox costs against it).
+	// written (lab/cmd/bench measures what the outbox costs against it).
 	NoEvents bool
 	// NoRelay makes Serve run no notification relay: events are written
-	// but this instance delivers none (cmd/bench splits the outbox's cost
+	// but this instance delivers none (lab/cmd/bench splits the outbox's cost
 	// into its writes and its deliveries; an instance that does not relay
 	// also leaves another's pending events alone).
 	NoRelay bool
@@ -231,7 +231,7 @@ func Providers(cfg config.Config, now func() time.Time) (*providers.Registry, er
 		Now:       now,
 		APIs:      providerAPIs(cfg.Providers.APIs),
 		Kinds:     providerKinds,
-		Default:   mockpayadapter.Kind,
+		Default:   stdwebhooks.Kind,
 	})
 }
 

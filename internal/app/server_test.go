@@ -20,7 +20,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 const (

@@ -13,15 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
-	mockpayadapter "github.com/paysvc/paysvc/internal/providers/mockpay"
+	"github.com/paysvc/paysvc/internal/providers/stdwebhooks"
 	"github.com/paysvc/paysvc/internal/validate"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 const rawSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -47,7 +47,7 @@ func signed(t *testing.T, body []byte) http.Header {
 func TestApply(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
-	inbound, err := mockpayadapter.NewInbound(providers.InboundConfig{Provider: "mockpay", Secrets: []string{rawSecret}, Tolerance: 5 * time.Minute, Now: time.Now})
+	inbound, err := stdwebhooks.NewInbound(providers.InboundConfig{Provider: "mockpay", Secrets: []string{rawSecret}, Tolerance: 5 * time.Minute, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestExecBatch: one round trip, every statement's count, and a failing

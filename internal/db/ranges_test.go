@@ -10,12 +10,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/providercalls"
 	"github.com/paysvc/paysvc/internal/sweep"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestTimeBoundsAreIndexRanges: every query that bounds an indexed

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestPurgeEvents: events older than the cutoff go, in batches, with their

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // silencer is a TCP proxy to the database whose open connections can go

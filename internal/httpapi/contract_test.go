@@ -29,11 +29,11 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 const (

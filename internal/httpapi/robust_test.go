@@ -19,8 +19,8 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // ctHighBytes is n bytes, every one ≥ 0x80 (invalid UTF-8), percent-encoded

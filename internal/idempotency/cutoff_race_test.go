@@ -13,8 +13,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestLeaseCutOffNeverPanics: a business function whose statements keep

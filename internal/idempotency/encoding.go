@@ -66,7 +66,7 @@ const maxStoredBlob = 1<<16 - 1
 // Codec encodes and decodes stored responses; it is safe for concurrent
 // use. Its pools keep flate's state (hundreds of KB per writer) from being
 // allocated per request. Every Engine has one; it is exported for tools
-// that write records in the service's format (cmd/bench).
+// that write records in the service's format (lab/cmd/bench).
 type Codec struct {
 	writers sync.Pool // *flate.Writer primed with dictionary1
 	readers sync.Pool // io.ReadCloser (flate reader, also a flate.Resetter)

@@ -9,8 +9,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // processing inserts a PROCESSING record as a holder that died would leave.

@@ -15,8 +15,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // openPool opens a pool of n connections with cfg's settings, closed when
@@ -152,7 +152,7 @@ func TestLostCommitAnswerIsNotA5xx(t *testing.T) {
 // an idempotency record's row lock is running — with the COMMIT held,
 // that means it waits for the lock — and returns its text. It reads
 // information_schema.PROCESSLIST, not INNODB_TRX, whose cache can be stale
-// for seconds (see waitLockWaits in internal/e2e).
+// for seconds (see waitLockWaits in lab/e2e).
 func waitRecordLockWait(ctx context.Context, d *dbtest.DB) (string, error) {
 	for {
 		var info string

@@ -9,8 +9,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestEngineOversizeResponseDoesNotPoisonKey: a response the record could

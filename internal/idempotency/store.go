@@ -68,7 +68,7 @@ const (
 )
 
 // The statements of a claim, and the two batches that are safe to send as
-// one round trip (see the package documentation, "Batches"). cmd/bench
+// one round trip (see the package documentation, "Batches"). lab/cmd/bench
 // sends the same text.
 const (
 	sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestTokenEngine: a token through the engine, on an injected clock: the

@@ -9,8 +9,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestApplyAndGet: the order read back with the UPDATE is the order as a

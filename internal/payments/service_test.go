@@ -9,9 +9,9 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/reconcile"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // logSink keeps the service's log records for the test to read.

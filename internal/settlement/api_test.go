@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/apitest"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/settlement"
+	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestSettlementsAPI: GET /v1/settlements answers the calling merchant's

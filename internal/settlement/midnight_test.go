@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/settlement"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // TestSettleRightAfterMidnight: a scheduler runs `paysvc settle` for the

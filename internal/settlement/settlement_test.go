@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db/dbtest"
 	"github.com/paysvc/paysvc/internal/settlement"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // ledgerDay is the day the fixtures centre on.

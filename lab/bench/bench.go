@@ -1,0 +1,521 @@
+// Package bench measures paysvc against the raw-SQL limit of what it does,
+// in one run against one scratch database (see docs/BENCHMARKS.md):
+//
+//	callbacks  (a) the statements of a payment.succeeded callback issued with
+//	           database/sql, against (b) paysvc over HTTP; a third duplicates
+//	orders     (c) POST /v1/orders against its raw-SQL equivalent
+//	storage    (d) bytes per idempotency record
+//	purge      (e) a writer's latency without and during purge
+//	nats       (f) callbacks through NATS JetStream against HTTP
+//	settle     (g) the daily settlement of a day's ledger, and callback
+//	           latency during it
+//	dbwork     (j) the database work per request: callbacks and orders
+//	           in today's design and in one commit, raw and over HTTP,
+//	           against the minimal deduplicating transaction
+//
+// Cells run interleaved, raw then service, round after round, so that a
+// noisy neighbour on a shared machine hits both sides alike. Nothing here
+// asserts a target: the report says met or MISSED.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/idempotency"
+)
+
+// Section names, and the letters of the brief that name them too.
+const (
+	SectionCallbacks = "callbacks"
+	SectionOrders    = "orders"
+	SectionStorage   = "storage"
+	SectionPurge     = "purge"
+	// SectionRoundTrips lists the statements the server receives per
+	// request, through a recording proxy (a few requests, no timing).
+	SectionRoundTrips = "roundtrips"
+	// SectionOutbox compares callbacks with and without the outbox and
+	// times the relay (issue 12).
+	SectionOutbox = "outbox"
+	// SectionNATS: callbacks through NATS JetStream against HTTP (g);
+	// SectionSettle: the daily settlement and callbacks during it (h).
+	SectionNATS   = "nats"
+	SectionSettle = "settle"
+	// SectionDupStorm is the duplicate storm with and without the Redis
+	// pre-check (dupstorm.go).
+	SectionDupStorm = "dupstorm"
+	// SectionDBWork is the database work per request against the minimal
+	// transaction (dbwork.go, issue 18).
+	SectionDBWork = "dbwork"
+)
+
+var sectionAliases = map[string]string{
+	"a": SectionCallbacks, "b": SectionCallbacks, SectionCallbacks: SectionCallbacks,
+	"c": SectionOrders, SectionOrders: SectionOrders,
+	"d": SectionStorage, SectionStorage: SectionStorage,
+	"e": SectionPurge, SectionPurge: SectionPurge,
+	"t": SectionRoundTrips, SectionRoundTrips: SectionRoundTrips,
+	"f": SectionOutbox, SectionOutbox: SectionOutbox,
+	"g": SectionNATS, SectionNATS: SectionNATS,
+	"h": SectionSettle, SectionSettle: SectionSettle,
+	"i": SectionDupStorm, SectionDupStorm: SectionDupStorm,
+	"j": SectionDBWork, SectionDBWork: SectionDBWork,
+}
+
+// Options are the command's flags.
+type Options struct {
+	Ns           []int
+	Duration     time.Duration
+	Warmup       time.Duration
+	Count        int
+	Rounds       int
+	Skip         map[string]bool
+	Quick        bool
+	CPUProfile   string
+	MemProfile   string
+	StorageRows  int
+	PurgeRows    int
+	PurgeBatch   int
+	PurgeWriters int
+	// SettleEntries is the size of the settled day's ledger (g).
+	SettleEntries int
+	// Args is the command line as given, printed at the top.
+	Args []string
+}
+
+// ParseFlags reads the command line. -quick changes the defaults of every
+// size flag not given explicitly.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := Options{Args: args, Skip: map[string]bool{}}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j)")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
+	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
+	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved raw/service rounds per cell (and purge rounds)")
+	fs.BoolVar(&o.Quick, "quick", false, "small sizes, a smoke run for CI (well under 30 s)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the callbacks section to `file` (labels side=raw|client|server)")
+	fs.StringVar(&o.MemProfile, "memprofile", "", "write an allocation profile to `file` after the callbacks section")
+	fs.IntVar(&o.StorageRows, "storage-rows", 300_000, "records per storage table")
+	fs.IntVar(&o.PurgeRows, "purge-rows", 150_000, "expired records, and as many fresh ones, for the purge section")
+	fs.IntVar(&o.PurgeBatch, "purge-batch", 5000, "purge batch size")
+	fs.IntVar(&o.PurgeWriters, "purge-writers", 1, "concurrent writers during the purge section")
+	fs.IntVar(&o.SettleEntries, "settle-entries", 1_000_000, "ledger entries of the day the settle section settles")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./lab/cmd/bench [flags]\n\nMeasures paysvc against its raw-SQL limit in a scratch database on PAYSVC_DSN's\nserver (else PAYSVC_TEST_DSN's, else root@127.0.0.1:3306), dropped at the end.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.Quick {
+		quick := map[string]func(){
+			"duration":       func() { o.Duration = 300 * time.Millisecond },
+			"warmup":         func() { o.Warmup = 100 * time.Millisecond },
+			"rounds":         func() { o.Rounds = 1 },
+			"storage-rows":   func() { o.StorageRows = 2000 },
+			"purge-rows":     func() { o.PurgeRows = 3000 },
+			"purge-batch":    func() { o.PurgeBatch = 1000 },
+			"settle-entries": func() { o.SettleEntries = 20_000 },
+		}
+		for name, apply := range quick {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
+	for _, f := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1024 {
+			return o, fmt.Errorf("-n: %q is not a number of workers from 1 to 1024", f)
+		}
+		o.Ns = append(o.Ns, n)
+	}
+	for _, f := range strings.Split(*skip, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		name, ok := sectionAliases[f]
+		if !ok {
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork)", f)
+		}
+		o.Skip[name] = true
+	}
+	switch {
+	case o.Duration <= 0 && o.Count <= 0:
+		return o, errors.New("-duration must be positive (or give -count)")
+	case o.Warmup < 0:
+		return o, errors.New("-warmup must not be negative")
+	case o.Rounds < 1:
+		return o, errors.New("-rounds must be at least 1")
+	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
+		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
+	}
+	return o, nil
+}
+
+// Machine is what the numbers were measured on.
+type Machine struct {
+	NumCPU, GOMAXPROCS int
+	GoVersion          string
+	OS                 string
+	DBVersion          string
+	BufferPool         int64
+	FlushAtCommit      string
+	LoadStart, LoadEnd string
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Machine    Machine
+	RoundTrips []RoundTrips
+	Callbacks  []Comparison
+	Orders     []Comparison
+	Storage    []Storage
+	Purge      *Purge
+	Outbox     *Outbox
+	Broker     []BrokerComparison
+	Settle     *Settle
+	DupStorm   []DupStorm
+	DBWork     []DBWork
+}
+
+type bench struct {
+	opts   Options
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Run measures every section not skipped and prints the tables to stdout
+// (progress goes to stderr). The scratch database is dropped at the end,
+// whatever happened.
+func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, stderr io.Writer) (rep *Report, err error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	b := &bench{opts: opts, stdout: stdout, stderr: stderr}
+	rep = &Report{Machine: Machine{NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg()}}
+
+	sc, err := newScratch(ctx, ServerDSN(getenv))
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		if derr := sc.drop(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+	raw, err := sc.openRaw()
+	if err != nil {
+		return rep, err
+	}
+	defer raw.Close()
+	m := &rep.Machine
+	if err := raw.QueryRowContext(ctx, `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit`).
+		Scan(&m.DBVersion, &m.BufferPool, &m.FlushAtCommit); err != nil {
+		return rep, fmt.Errorf("server version: %w", err)
+	}
+	b.header(rep.Machine, sc.cfg.DBName)
+
+	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
+		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] || !opts.Skip[SectionDBWork] {
+		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
+			return rep, err
+		}
+	}
+	if !opts.Skip[SectionStorage] {
+		fmt.Fprintf(stdout, "\n== (d) storage: bytes per idempotency record, COMPLETED records in arrival order, random keys ==\n")
+		st, err := b.storage(ctx, raw)
+		rep.Storage = st
+		if err != nil {
+			return rep, fmt.Errorf("storage: %w", err)
+		}
+		printStorage(stdout, st)
+	}
+	if !opts.Skip[SectionPurge] {
+		fmt.Fprintf(stdout, "\n== (e) purge under load ==\n")
+		p, err := b.purge(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("purge: %w", err)
+		}
+		rep.Purge = &p
+		printPurge(stdout, p)
+	}
+	if !opts.Skip[SectionOutbox] {
+		fmt.Fprintf(stdout, "\n== (f) outbox: payment.succeeded callbacks without the outbox, with its writes only, with its writes and relay delivering meanwhile; the relay alone ==\n")
+		o, err := b.outboxSection(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("outbox: %w", err)
+		}
+		rep.Outbox = &o
+	}
+	if !opts.Skip[SectionDupStorm] {
+		redisURL := getenv("PAYSVC_BENCH_REDIS_URL")
+		if redisURL == "" {
+			redisURL = "redis://127.0.0.1:6379/0"
+		}
+		fmt.Fprintf(stdout, "\n== (i) duplicate storm: POST /v1/orders, each key sent dup times in a row by %d workers, MySQL alone vs the Redis pre-check at %s ==\n",
+			slices.Max(opts.Ns), redisURL)
+		ds, err := b.dupStorm(ctx, sc, redisURL)
+		rep.DupStorm = ds
+		if err != nil {
+			return rep, fmt.Errorf("dupstorm: %w", err)
+		}
+	}
+	rep.Machine.LoadEnd = loadAvg()
+	b.summary(rep)
+	return rep, nil
+}
+
+// httpSections runs (a)+(b) and (c): one service, one raw pool, one
+// supply of orders to pay.
+func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *scratch) (err error) {
+	svc, err := startService(ctx, sc.dsn, slices.Max(b.opts.Ns))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := svc.stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop service: %w", serr))
+		}
+	}()
+	supply := &orderSupply{raw: raw}
+	codec := idempotency.NewCodec()
+	if !b.opts.Skip[SectionRoundTrips] {
+		fmt.Fprintf(b.stdout, "\n== round trips: what the server receives per paysvc request (second instance behind a recording proxy) ==\n")
+		rts, err := b.roundTrips(ctx, sc, supply)
+		rep.RoundTrips = rts
+		if err != nil {
+			return fmt.Errorf("round trips: %w", err)
+		}
+		printRoundTrips(b.stdout, rts)
+	}
+	if !b.opts.Skip[SectionCallbacks] {
+		fmt.Fprintf(b.stdout, "\n== (a)+(b) payment.succeeded callbacks: raw SQL (database/sql, no HTTP) vs paysvc over HTTP; 1/3 duplicates ==\n")
+		fmt.Fprintf(b.stdout, "  first delivery: [START TRANSACTION; claim INSERT]; payment INSERT; order UPDATE; order SELECT; ledger INSERT; event INSERT; fence UPDATE; COMMIT — duplicate: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
+		stopProfile, err := b.startCPUProfile()
+		if err != nil {
+			return err
+		}
+		for _, n := range b.opts.Ns {
+			rawSide := &side{name: "raw", label: "raw", prepare: supply.ensure,
+				newOp: func(int) opFunc { return oneCommitCallbackOp(raw, codec, supply) }}
+			svcSide := &side{name: "service", label: "client", prepare: supply.ensure,
+				newOp: func(w int) opFunc { return serviceCallbackOp(svc, supply, w) }}
+			c, err := b.compare(ctx, SectionCallbacks, n, rawSide, svcSide)
+			if err != nil {
+				stopProfile()
+				return fmt.Errorf("callbacks: %w", err)
+			}
+			rep.Callbacks = append(rep.Callbacks, c)
+			printComparison(b.stdout, c)
+		}
+		stopProfile()
+		if err := b.writeMemProfile(); err != nil {
+			return err
+		}
+	}
+	if !b.opts.Skip[SectionOrders] {
+		fmt.Fprintf(b.stdout, "\n== (c) POST /v1/orders: raw SQL vs paysvc over HTTP; 1/3 repeats (same Idempotency-Key and body) ==\n")
+		fmt.Fprintf(b.stdout, "  first: [START TRANSACTION; claim INSERT]; order INSERT; [fence UPDATE; COMMIT] — repeat: [START TRANSACTION; claim (1062)] + [ROLLBACK; SELECT]\n")
+		for _, n := range b.opts.Ns {
+			rawSide := &side{name: "raw", label: "raw", newOp: func(int) opFunc { return oneCommitOrderOp(raw, codec) }}
+			svcSide := &side{name: "service", label: "client", newOp: func(int) opFunc { return serviceOrderOp(svc) }}
+			c, err := b.compare(ctx, SectionOrders, n, rawSide, svcSide)
+			if err != nil {
+				return fmt.Errorf("orders: %w", err)
+			}
+			rep.Orders = append(rep.Orders, c)
+			printComparison(b.stdout, c)
+		}
+	}
+	if !b.opts.Skip[SectionNATS] {
+		fmt.Fprintf(b.stdout, "\n== (g) payment.succeeded callbacks: through NATS JetStream (publish until applied) vs over HTTP; 1/3 duplicates ==\n")
+		bc, err := b.brokerSection(ctx, svc, supply)
+		rep.Broker = bc
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		printBroker(b.stdout, bc)
+	}
+	if !b.opts.Skip[SectionSettle] {
+		fmt.Fprintf(b.stdout, "\n== (h) daily settlement, and callbacks during it ==\n")
+		st, err := b.settleSection(ctx, raw, svc, supply)
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		rep.Settle = &st
+		printSettle(b.stdout, st)
+	}
+	if !b.opts.Skip[SectionDBWork] {
+		fmt.Fprintf(b.stdout, "\n== (j) database work per request, against the minimal deduplicating transaction; 1/3 duplicates (not in min) ==\n")
+		fmt.Fprintf(b.stdout, "  min:             BEGIN; INSERT INTO bench_min_keys (k) VALUES (random 12 bytes); COMMIT\n")
+		fmt.Fprintf(b.stdout, "  committed claim: as (a) and (c): claim INSERT; BEGIN; <business>; fence UPDATE; COMMIT — duplicate: claim (1062); SELECT\n")
+		fmt.Fprintf(b.stdout, "  one commit:      START TRANSACTION; claim INSERT | <business> | fence UPDATE | COMMIT — duplicate: START TRANSACTION; claim (1062) | ROLLBACK; SELECT  (| between round trips)\n")
+		fmt.Fprintf(b.stdout, "  <business>: committed claim: callbacks payment INSERT, order UPDATE, ledger INSERT, order SELECT … FOR UPDATE, event INSERT; orders order INSERT\n")
+		fmt.Fprintf(b.stdout, "              one commit: callbacks payment INSERT | order UPDATE | order SELECT | ledger INSERT | event INSERT; orders order INSERT\n")
+		fmt.Fprintf(b.stdout, "  RT = client round trips (service: see the round-trips section); the counters are global, so anything else the server runs meanwhile counts too\n")
+		status, err := sc.openRaw()
+		if err != nil {
+			return err
+		}
+		defer status.Close()
+		dw, err := b.dbWorkSection(ctx, raw, status, svc, supply, codec)
+		rep.DBWork = dw
+		if err != nil {
+			return fmt.Errorf("dbwork: %w", err)
+		}
+	}
+	return nil
+}
+
+func (b *bench) startCPUProfile() (stop func(), err error) {
+	if b.opts.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(b.opts.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		fmt.Fprintf(b.stderr, "CPU profile of the callbacks section in %s; the service's part: go tool pprof -top -tagfocus=side=server %s\n",
+			b.opts.CPUProfile, b.opts.CPUProfile)
+	}, nil
+}
+
+func (b *bench) writeMemProfile() error {
+	if b.opts.MemProfile == "" {
+		return nil
+	}
+	f, err := os.Create(b.opts.MemProfile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.stderr, "allocation profile in %s: go tool pprof -sample_index=alloc_space -top %s\n", b.opts.MemProfile, b.opts.MemProfile)
+	return nil
+}
+
+func (b *bench) header(m Machine, dbName string) {
+	w := b.stdout
+	fmt.Fprintf(w, "command: %s\n", commandLine(b.opts.Args))
+	fmt.Fprintf(w, "machine: %d CPUs (GOMAXPROCS %d), %s, %s; load average at start %s\n",
+		m.NumCPU, m.GOMAXPROCS, m.OS, m.GoVersion, m.LoadStart)
+	fmt.Fprintf(w, "server:  %s, innodb_buffer_pool_size %d MiB, innodb_flush_log_at_trx_commit %s; scratch database %s\n",
+		m.DBVersion, m.BufferPool>>20, m.FlushAtCommit, dbName)
+	mode := fmt.Sprintf("%v measured after %v warm-up", b.opts.Duration, b.opts.Warmup)
+	if b.opts.Count > 0 {
+		mode = fmt.Sprintf("%d operations measured after %v warm-up", b.opts.Count, b.opts.Warmup)
+	}
+	fmt.Fprintf(w, "cells:   N = %v; %s; %d interleaved rounds (raw, service, raw, service, ...); client, service and raw baseline share this process\n",
+		b.opts.Ns, mode, b.opts.Rounds)
+	var skipped []string
+	for s := range b.opts.Skip {
+		skipped = append(skipped, s)
+	}
+	slices.Sort(skipped)
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "skipped: %s\n", strings.Join(skipped, ", "))
+	}
+}
+
+// summary repeats the headline figures.
+func (b *bench) summary(rep *Report) {
+	w := b.stdout
+	fmt.Fprintf(w, "\n== summary (median throughput; p99 over all samples) ==\n")
+	for _, cs := range [][]Comparison{rep.Callbacks, rep.Orders} {
+		for _, c := range cs {
+			fmt.Fprintf(w, "  %-9s N=%-3d raw %8.1f ops/s p99 %6sms | svc %8.1f ops/s p99 %6sms | svc/raw %.2f (%s) p99 %.2f× (%s)\n",
+				c.Section, c.N, c.Raw.MedianRate, ms(c.Raw.P99), c.Service.MedianRate, ms(c.Service.P99),
+				c.ThroughputRatio, metMissed(c.ThroughputMet), c.P99Ratio, metMissed(c.P99Met))
+		}
+	}
+	for _, s := range rep.Storage {
+		fmt.Fprintf(w, "  storage   %-14s %.1f B/row as grown (%s), %.1f rebuilt, records themselves %.1f\n",
+			s.Name, s.Grown.BytesPerRow, metMissed(s.Met), s.Rebuilt.BytesPerRow, s.Estimated)
+	}
+	if p := rep.Purge; p != nil {
+		fmt.Fprintf(w, "  purge     writer p99 %sms → %sms during purge: %.2f× (%s); %.0f rows/s\n",
+			ms(p.BaselineP99), ms(p.PurgeP99), p.P99Ratio, metMissed(p.Met), p.MedianRowsPerSecond)
+	}
+	if o := rep.Outbox; o != nil {
+		for i, c := range o.Callbacks {
+			fmt.Fprintf(w, "  outbox    N=%-3d callbacks without %8.1f ops/s | written %8.1f ops/s (%.2f) | with %8.1f ops/s | with/without %.2f (%s)\n",
+				c.N, c.Raw.MedianRate, o.Written[i].MedianRate, o.WrittenRatio[i], c.Service.MedianRate, c.ThroughputRatio, metMissed(c.ThroughputMet))
+		}
+		fmt.Fprintf(w, "  relay     %.0f events/s to a local receiver (%s)\n", o.RelayMed, metMissed(o.RelayMed >= RelayTarget))
+	}
+	for _, c := range rep.Broker {
+		fmt.Fprintf(w, "  nats      N=%-3d HTTP %8.1f ops/s p99 %6sms | JetStream %8.1f ops/s p99 %6sms\n",
+			c.N, c.HTTP.MedianRate, ms(c.HTTP.P99), c.NATS.MedianRate, ms(c.NATS.P99))
+	}
+	if s := rep.Settle; s != nil {
+		fmt.Fprintf(w, "  settle    %d entries in %.2fs; callback p99 %sms → %sms during: %.2f× (%s)\n",
+			s.Entries, s.MedianSeconds, ms(s.BaselineP99), ms(s.SettleP99), s.P99Ratio, metMissed(s.Met))
+	}
+	for _, d := range rep.DBWork {
+		fmt.Fprintf(w, "  dbwork    N=%-3d min %8.1f ops/s p99 %6sms\n", d.N, d.Cells[0].Cell.MedianRate, ms(d.Cells[0].Cell.P99))
+		for _, c := range d.Cells[1:] {
+			target := "a control, no target"
+			if t := dbWorkTarget(c.Workload); t > 0 {
+				target = fmt.Sprintf("≥ %.2f %s", t, metMissed(c.Ratio >= t))
+			}
+			fmt.Fprintf(w, "            %-9s %-15s %8.1f ops/s p99 %6sms | /min %.2f (%s)\n",
+				c.Workload, c.Design, c.Cell.MedianRate, ms(c.Cell.P99), c.Ratio, target)
+		}
+	}
+	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
+}
+
+func commandLine(args []string) string {
+	parts := []string{"go", "run", "./lab/cmd/bench"}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?;&|<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

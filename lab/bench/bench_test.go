@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
+)
+
+// TestQuickRun runs the whole benchmark in -quick mode against the real
+// server and checks that every section ran and reported numbers. It never
+// looks at how fast anything was, nor at whether a target was met: on a
+// shared machine those are measurements, not test outcomes.
+func TestQuickRun(t *testing.T) {
+	opts, err := ParseFlags([]string{"-quick"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(name string) string {
+		if name == "PAYSVC_TEST_DSN" {
+			return dbtest.ServerDSN()
+		}
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := Run(ctx, opts, getenv, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+
+	for _, want := range []string{
+		"command: go run ./lab/cmd/bench -quick", "machine: ", "server:  ", "== round trips",
+		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
+		"== (d) storage", "== (e) purge under load", "== (f) outbox",
+		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
+		"== (i) duplicate storm", "== (j) database work per request", "== summary", "dbwork    N=",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if rep.Machine.NumCPU < 1 || rep.Machine.DBVersion == "" {
+		t.Errorf("machine not reported: %+v", rep.Machine)
+	}
+
+	if len(rep.DupStorm) != 2*len(dupFactors) {
+		t.Errorf("%d duplicate-storm cells, want %d", len(rep.DupStorm), 2*len(dupFactors))
+	}
+	for _, c := range rep.DupStorm {
+		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.RoundTripsPerReq <= 0 {
+			t.Errorf("duplicate storm cell %+v", c)
+		}
+	}
+
+	if len(rep.DBWork) != len(opts.Ns) {
+		t.Errorf("dbwork: %d results, want one per N (%v)", len(rep.DBWork), opts.Ns)
+	}
+	for _, d := range rep.DBWork {
+		if len(d.Cells) != 9 || d.Cells[0].Workload != "min" || d.Cells[0].Ratio != 1 {
+			t.Fatalf("dbwork N=%d: cells %+v", d.N, d.Cells)
+		}
+		for _, c := range d.Cells {
+			name := c.Workload + " " + c.Design
+			if len(c.Cell.Rounds) != opts.Rounds || c.Cell.Errs != 0 || !(c.Cell.MedianRate > 0) || !(c.Cell.P99 > 0) || !(c.Ratio > 0) {
+				t.Errorf("dbwork N=%d %s: %d rounds, %d errors (first: %s), %v ops/s, p99 %v, ratio %v",
+					d.N, name, len(c.Cell.Rounds), c.Cell.Errs, c.Cell.FirstErr, c.Cell.MedianRate, c.Cell.P99, c.Ratio)
+			}
+			// Counters are global: other work on the server only adds.
+			for _, counter := range []string{"Questions", "Com_commit", "Handler_commit"} {
+				if !(c.PerOp[counter] > 0) {
+					t.Errorf("dbwork N=%d %s: %s per op = %v, want > 0", d.N, name, counter, c.PerOp[counter])
+				}
+			}
+			if c.Workload != "min" && replaysDue(c.Cell.Ops, d.N) && !(c.Cell.ReplayP50 > 0) {
+				t.Errorf("dbwork N=%d %s: no replay measured", d.N, name)
+			}
+			if c.Design != designService && c.RoundTripsPerOp < 2 {
+				t.Errorf("dbwork N=%d %s: %v round trips per op", d.N, name, c.RoundTripsPerOp)
+			}
+		}
+	}
+
+	if len(rep.RoundTrips) != 4 {
+		t.Errorf("%d traced requests, want 4", len(rep.RoundTrips))
+	}
+	batches := 0
+	for _, rt := range rep.RoundTrips {
+		if len(rt.Statements) == 0 || rt.BytesUp <= 0 || rt.BytesDown <= 0 {
+			t.Errorf("traced %s: %+v", rt.Request, rt)
+		}
+		for _, q := range rt.queries {
+			if err := safeBatch(q); err != nil {
+				t.Errorf("traced %s: %v", rt.Request, err)
+			}
+			if strings.Contains(q, "; ") {
+				batches++
+			}
+		}
+	}
+	if batches == 0 {
+		t.Error("no batch traced: the batch rule was not checked")
+	}
+
+	for name, cs := range map[string][]Comparison{"callbacks": rep.Callbacks, "orders": rep.Orders} {
+		if len(cs) != len(opts.Ns) {
+			t.Fatalf("%s: %d comparisons, want one per N (%v)", name, len(cs), opts.Ns)
+		}
+		for i, c := range cs {
+			if c.N != opts.Ns[i] || c.Section != name {
+				t.Errorf("%s[%d] is %s N=%d", name, i, c.Section, c.N)
+			}
+			for side, cell := range map[string]Cell{"raw": c.Raw, "service": c.Service} {
+				if len(cell.Rounds) != opts.Rounds {
+					t.Errorf("%s N=%d %s: %d rounds, want %d", name, c.N, side, len(cell.Rounds), opts.Rounds)
+				}
+				if cell.Errs != 0 {
+					t.Errorf("%s N=%d %s: %d failed operations (first: %s)", name, c.N, side, cell.Errs, cell.FirstErr)
+				}
+				for what, v := range map[string]float64{
+					"median ops/s": cell.MedianRate, "p50": float64(cell.P50), "p99": float64(cell.P99),
+					"first p50": float64(cell.FirstP50), "ops": float64(cell.Ops),
+				} {
+					if !(v > 0) {
+						t.Errorf("%s N=%d %s: %s = %v, want > 0", name, c.N, side, what, v)
+					}
+				}
+				if replaysDue(cell.Ops, c.N) && !(cell.ReplayP50 > 0) {
+					t.Errorf("%s N=%d %s: %d operations and no replay measured", name, c.N, side, cell.Ops)
+				}
+			}
+			for what, v := range map[string]float64{"throughput ratio": c.ThroughputRatio, "p99 ratio": c.P99Ratio} {
+				if !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("%s N=%d: %s = %v, want a positive number", name, c.N, what, v)
+				}
+			}
+		}
+	}
+	if n := strings.Count(out, "targets  throughput svc/raw"); n != 2*len(opts.Ns) {
+		t.Errorf("%d target lines, want %d", n, 2*len(opts.Ns))
+	}
+
+	if len(rep.Storage) != 3 {
+		t.Fatalf("%d storage tables, want 3", len(rep.Storage))
+	}
+	for _, s := range rep.Storage {
+		if s.Rows != int64(opts.StorageRows) {
+			t.Errorf("storage %s: %d rows, want %d", s.Name, s.Rows, opts.StorageRows)
+		}
+		if !(s.Grown.BytesPerRow > 0 && s.Rebuilt.BytesPerRow > 0 && s.Estimated > 0 && s.Grown.PKLeafPages > 0) {
+			t.Errorf("storage %s: missing figures: %+v", s.Name, s)
+		}
+		if len(s.Columns) == 0 {
+			t.Errorf("storage %s: no column estimate", s.Name)
+		}
+	}
+
+	p := rep.Purge
+	if p == nil {
+		t.Fatal("no purge result")
+	}
+	if len(p.Rounds) != opts.Rounds {
+		t.Errorf("purge: %d rounds, want %d", len(p.Rounds), opts.Rounds)
+	}
+	for i, r := range p.Rounds {
+		if r.Deleted != int64(opts.PurgeRows) {
+			t.Errorf("purge round %d deleted %d, want the %d expired records", i+1, r.Deleted, opts.PurgeRows)
+		}
+		if !(r.BaselineOps > 0 && r.PurgeOps > 0 && r.RowsPerSecond > 0 && r.WriterErrs == 0) {
+			t.Errorf("purge round %d: %+v", i+1, r)
+		}
+	}
+	if !(p.BaselineP99 > 0 && p.PurgeP99 > 0 && p.P99Ratio > 0) || math.IsInf(p.P99Ratio, 0) {
+		t.Errorf("purge: p99 %v → %v, ratio %v", p.BaselineP99, p.PurgeP99, p.P99Ratio)
+	}
+
+	if o := rep.Outbox; o == nil {
+		t.Error("no outbox result")
+	} else {
+		if len(o.Callbacks) != len(opts.Ns) || len(o.Written) != len(opts.Ns) || len(o.WrittenRatio) != len(opts.Ns) ||
+			len(o.Relay) != opts.Rounds || !(o.RelayMed > 0) {
+			t.Errorf("outbox: %d comparisons, %d written-only cells, %d relay rounds, median %v", len(o.Callbacks),
+				len(o.Written), len(o.Relay), o.RelayMed)
+		}
+		for i, c := range o.Written {
+			if c.Errs != 0 || c.Ops == 0 || i >= len(o.WrittenRatio) || !(o.WrittenRatio[i] > 0) {
+				t.Errorf("outbox written-only cell %d: %d ops, errors %d (first: %s)", i, c.Ops, c.Errs, c.FirstErr)
+			}
+		}
+		// What a callback cost: the server's statements and this process's
+		// CPU per operation, on each side. The statements are the server's
+		// global count, which other packages' tests raise when they run
+		// beside this one: only the floor holds here (a replay is 4
+		// statements, a first callback 7 or more).
+		if len(o.Costs) != len(opts.Ns) {
+			t.Errorf("outbox: costs for %d Ns, want %d", len(o.Costs), len(opts.Ns))
+		}
+		for i, costs := range o.Costs {
+			if len(costs) != 3 {
+				t.Errorf("outbox costs %d: %d sides, want without, written, with", i, len(costs))
+				continue
+			}
+			for _, c := range costs {
+				if c.StatementsPerOp < 4 || c.BenchCPUPerOp <= 0 {
+					t.Errorf("outbox costs %d, %s: %.2f statements, %v CPU per callback", i, c.Side, c.StatementsPerOp, c.BenchCPUPerOp)
+				}
+			}
+		}
+		for _, c := range o.Callbacks {
+			if c.Raw.Errs+c.Service.Errs != 0 || !(c.ThroughputRatio > 0) {
+				t.Errorf("outbox N=%d: errors %d/%d (first: %s / %s), ratio %v", c.N, c.Raw.Errs, c.Service.Errs,
+					c.Raw.FirstErr, c.Service.FirstErr, c.ThroughputRatio)
+			}
+		}
+	}
+	if len(rep.Broker) != len(opts.Ns) {
+		t.Errorf("nats: %d comparisons, want one per N (%v)", len(rep.Broker), opts.Ns)
+	}
+	for _, c := range rep.Broker {
+		if !(c.HTTP.Ops > 0 && c.NATS.Ops > 0 && c.NATS.P99 > 0 && c.HTTP.Errs+c.NATS.Errs == 0) {
+			t.Errorf("nats N=%d: %+v", c.N, c)
+		}
+	}
+	if st := rep.Settle; st == nil {
+		t.Error("no settle result")
+	} else {
+		for i, r := range st.Rounds {
+			// Every round settles the whole day again; the ledger has
+			// 1000 merchants in two currencies, and opts.SettleEntries
+			// entries are enough for nearly all of them to have both.
+			if !(r.Rows > 0 && r.BaselineOps > 0 && r.SettleOps > 0 && r.WriterErrs == 0) {
+				t.Errorf("settle round %d: %+v", i+1, r)
+			}
+		}
+	}
+
+	// The scratch database is gone.
+	m := regexp.MustCompile(`scratch database (paysvc_bench_[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("output does not name the scratch database")
+	}
+	server, err := mysql.ParseDSN(dbtest.ServerDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.DBName = ""
+	conn, err := sql.Open("mysql", server.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var n int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?`, m[1]).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("scratch database %s was not dropped", m[1])
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := ParseFlags([]string{"-quick", "-rounds", "2", "-skip", "a, e", "-n", "1,8"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Rounds != 2 || o.Duration != 300*time.Millisecond || o.StorageRows != 2000 {
+		t.Errorf("quick defaults not applied under explicit flags: %+v", o)
+	}
+	if !o.Skip[SectionCallbacks] || !o.Skip[SectionPurge] || o.Skip[SectionOrders] || o.Skip[SectionStorage] {
+		t.Errorf("skip = %v", o.Skip)
+	}
+	if len(o.Ns) != 2 || o.Ns[0] != 1 || o.Ns[1] != 8 {
+		t.Errorf("n = %v", o.Ns)
+	}
+	d, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Duration != 5*time.Second || d.Warmup != time.Second || d.Rounds != 3 || d.StorageRows != 300_000 ||
+		d.PurgeRows != 150_000 || d.PurgeBatch != 5000 || len(d.Ns) != 2 {
+		t.Errorf("defaults: %+v", d)
+	}
+	for _, bad := range [][]string{{"-n", "0"}, {"-n", "x"}, {"-skip", "nope"}, {"-rounds", "0"}, {"extra"}} {
+		if _, err := ParseFlags(bad, io.Discard); err == nil {
+			t.Errorf("ParseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// TestSQLMatchesService keeps the raw baseline honest: each statement it
+// sends must still be, verbatim, one the service sends. When this fails the
+// service's SQL changed: copy it into sql.go and measure again.
+func TestSQLMatchesService(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "internal", path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	idem, pay, ord := read("idempotency/store.go"), read("payments/store.go"), read("orders/store.go")
+	for name, c := range map[string]struct{ src, sql string }{
+		"claim": {idem, sqlClaim}, "load": {idem, sqlLoad}, "fence": {idem, sqlFence},
+		"payment": {pay, sqlInsertPayment}, "ledger": {pay, sqlInsertLedger}, "order insert": {ord, sqlInsertOrder},
+		"order select": {ord, sqlSelectOrder},
+	} {
+		if !strings.Contains(c.src, "`"+c.sql+"`") {
+			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
+		}
+	}
+	// The batches join those statements as the engine joins them.
+	for _, join := range []string{`sqlBeginClaim = "START TRANSACTION; " + sqlClaim`,
+		`sqlRollbackLoad = "ROLLBACK; " + sqlLoad`} {
+		if !strings.Contains(strings.Join(strings.Fields(idem), " "), join) {
+			t.Errorf("idempotency/store.go no longer has %s", join)
+		}
+	}
+	for _, frag := range []string{
+		"`UPDATE orders SET status = ?, version = version + 1, updated_at = ?`", "`, paid_at = ?`",
+		"` WHERE order_no = ? AND status = ?`", "` AND amount = ? AND currency = ?`",
+		// Transition.ApplyAndGet: the read that follows the UPDATE.
+		"selectOrder+` WHERE order_no = ?`",
+	} {
+		if !strings.Contains(ord, frag) {
+			t.Errorf("order transition: orders/store.go no longer has %s", frag)
+		}
+	}
+}
+
+// replaysDue says whether a cell of n workers that recorded ops operations
+// must have measured a replay: every third operation of a worker repeats
+// an earlier one, and with 3n operations some worker recorded three in a
+// row. Fewer happen on a starved machine (the race detector on two busy
+// cores: 15 callbacks in a 300 ms cell of 16 workers), and then none need
+// be a replay.
+func replaysDue(ops, n int) bool { return ops >= 3*n }
+
+// safeBatch checks the service's one rule for multi-statement round trips
+// (internal/idempotency, "Batches"): a batch opens a transaction with its
+// claim, or follows a ROLLBACK with a read; no other statement travels with
+// another, and never a COMMIT, since a Galera brute-force abort between
+// two statements of a batch lets the rest run outside the transaction.
+// (The service's statements bind no value containing "; " here.)
+func safeBatch(query string) error {
+	q := strings.Join(strings.Fields(query), " ")
+	parts := strings.Split(q, "; ")
+	if len(parts) == 1 {
+		return nil
+	}
+	ok := len(parts) == 2 && (parts[0] == "START TRANSACTION" &&
+		(strings.HasPrefix(parts[1], "INSERT INTO idempotency_records ") || strings.HasPrefix(parts[1], "UPDATE idempotency_records ")) ||
+		parts[0] == "ROLLBACK" && strings.HasPrefix(parts[1], "SELECT "))
+	if !ok {
+		return fmt.Errorf("unsafe batch sent to the server: %.200s", q)
+	}
+	return nil
+}
+
+// TestSafeBatch: the checker of the batch rule refuses what the Galera
+// suite refused.
+func TestSafeBatch(t *testing.T) {
+	tests := []struct {
+		query string
+		ok    bool
+	}{
+		{"SELECT 1", true},
+		{sqlBeginClaim, true},
+		{sqlRollbackLoad, true},
+		{"START TRANSACTION; UPDATE idempotency_records SET status = ? WHERE key_hash = ?", true},
+		{sqlInsertLedger + "; " + sqlInsertEvent + "; " + sqlFence + "; COMMIT", false},
+		{sqlFence + "; COMMIT", false},
+		{sqlOrderPaid + "; " + sqlSelectOrder + " WHERE order_no = ?", false},
+		{"START TRANSACTION; INSERT INTO idempotency_records (k) VALUES (1); INSERT INTO payments (k) VALUES (1)", false},
+	}
+	for _, tt := range tests {
+		if err := safeBatch(tt.query); (err == nil) != tt.ok {
+			t.Errorf("safeBatch(%.60q) = %v, want ok %v", tt.query, err, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package e2e
+
+// The events API (CONTRACT §10): paging, scoping, validation, redelivery,
+// and the relay running inside serve, delivering to a receiver.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
+)
+
+const evOtherKey = "key-bolt-0123456789"
+
+type evPage struct {
+	Data []struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	} `json:"data"`
+	HasMore bool `json:"has_more"`
+}
+
+type evDetail struct {
+	ID       string `json:"id"`
+	Delivery struct {
+		Status   string `json:"status"`
+		Attempts []struct {
+			StatusCode *int   `json:"status_code"`
+			Error      string `json:"error"`
+		} `json:"attempts"`
+	} `json:"delivery"`
+}
+
+func TestEventsAPI(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) { c.APIKeys[evOtherKey] = "bolt" })
+	ctx := context.Background()
+	// 7 events: 7 orders closed.
+	for i := range 7 {
+		o := s.createOrder(t, fmt.Sprintf("ev-api-%d", i), 100, "EUR")
+		if a, err := s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/cancel", fmt.Sprintf("ev-api-c%d", i), nil); err != nil || a.Status != 200 {
+			t.Fatalf("cancel: %v %v", a, err)
+		}
+	}
+	get := func(path string) cbAnswer {
+		t.Helper()
+		a, err := s.merchant(ctx, http.MethodGet, path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	page := func(path string) evPage {
+		t.Helper()
+		a := get(path)
+		var p evPage
+		if a.Status != 200 || json.Unmarshal(a.Body, &p) != nil {
+			t.Fatalf("GET %s: %v", path, a)
+		}
+		return p
+	}
+
+	// Paging: 3 + 3 + 1, in id order, has_more until the last page.
+	var ids []string
+	after := ""
+	for i, want := range []struct {
+		n    int
+		more bool
+	}{{3, true}, {3, true}, {1, false}} {
+		path := "/v1/events?limit=3"
+		if after != "" {
+			path += "&after=" + after
+		}
+		p := page(path)
+		if len(p.Data) != want.n || p.HasMore != want.more {
+			t.Fatalf("page %d: %d events, has_more %t; want %d, %t", i, len(p.Data), p.HasMore, want.n, want.more)
+		}
+		for _, e := range p.Data {
+			if len(ids) > 0 && e.ID <= ids[len(ids)-1] {
+				t.Errorf("page %d: %s after %s", i, e.ID, ids[len(ids)-1])
+			}
+			ids = append(ids, e.ID)
+			after = e.ID
+		}
+	}
+	if p := page("/v1/events"); len(p.Data) != 7 || p.HasMore {
+		t.Errorf("default page: %d events, has_more %t; want 7, false", len(p.Data), p.HasMore)
+	}
+	if p := page("/v1/events?after=" + ids[6]); len(p.Data) != 0 || p.HasMore {
+		t.Errorf("after the last: %d events", len(p.Data))
+	}
+
+	// Validation.
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "limit=1.5", "limit=", "after=%C3%A9", "after=" + strings.Repeat("a", 33), "limit=1&limit=2"} {
+		if a := get("/v1/events?" + q); a.Status != 400 || a.Code != "invalid_request" {
+			t.Errorf("GET /v1/events?%s: %v, want 400 invalid_request", q, a)
+		}
+	}
+
+	// Scoping: bolt sees none of acme's events.
+	other := func(method, path, key string) cbAnswer {
+		t.Helper()
+		a, err := s.merchantAs(ctx, evOtherKey, method, path, key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := other(http.MethodGet, "/v1/events", ""); a.Status != 200 || !strings.Contains(string(a.Body), `"data":[]`) {
+		t.Errorf("bolt lists %v", a)
+	}
+	for _, a := range []cbAnswer{
+		other(http.MethodGet, "/v1/events/"+ids[0], ""),
+		other(http.MethodPost, "/v1/events/"+ids[0]+"/redeliver", "ev-api-r0"),
+		get("/v1/events/evt_nope"),
+		get("/v1/events/" + strings.Repeat("x", 40)),
+	} {
+		if a.Status != 404 || a.Code != "event_not_found" {
+			t.Errorf("%v, want 404 event_not_found", a)
+		}
+	}
+
+	// Detail and redelivery: none (no endpoint) → pending, replayed as is.
+	var det evDetail
+	if a := get("/v1/events/" + ids[0]); json.Unmarshal(a.Body, &det) != nil || det.ID != ids[0] || det.Delivery.Status != "none" || len(det.Delivery.Attempts) != 0 {
+		t.Errorf("GET event: %v", a)
+	}
+	r1, err := s.merchant(ctx, http.MethodPost, "/v1/events/"+ids[0]+"/redeliver", "ev-api-r1", nil)
+	if err != nil || r1.Status != 202 || json.Unmarshal(r1.Body, &det) != nil || det.Delivery.Status != "pending" {
+		t.Fatalf("redeliver: %v %v", r1, err)
+	}
+	if r2, _ := s.merchant(ctx, http.MethodPost, "/v1/events/"+ids[0]+"/redeliver", "ev-api-r1", nil); !r2.Replayed || string(r2.Body) != string(r1.Body) {
+		t.Errorf("redeliver replay: %v", r2)
+	}
+	if a, _ := s.merchant(ctx, http.MethodPost, "/v1/events/"+ids[0]+"/redeliver", "", nil); a.Code != "idempotency_key_missing" {
+		t.Errorf("redeliver without a key: %v", a)
+	}
+	if a, _ := s.merchant(ctx, http.MethodPost, "/v1/events/"+ids[1]+"/redeliver", "ev-api-r1", nil); a.Code != "idempotency_key_reused" {
+		t.Errorf("redeliver of another event with the same key: %v", a)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 1`); n != 1 {
+		t.Errorf("%d events pending after one redelivery, want 1", n)
+	}
+}
+
+// TestServeDeliversEvents: serve runs the relay. An order paid through the
+// API reaches the merchant's endpoint as order.paid, signed, and the
+// §10 metrics count it.
+func TestServeDeliversEvents(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	var (
+		mu   sync.Mutex
+		got  []string
+		ids  = map[string]int{}
+		recv = make(chan struct{}, 16)
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var ev struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(b, &ev)
+		mu.Lock()
+		got = append(got, ev.Type)
+		ids[r.Header.Get("webhook-id")]++
+		mu.Unlock()
+		recv <- struct{}{}
+	}))
+	t.Cleanup(rcv.Close)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
+		c.Notify.Endpoints = map[string]config.Endpoint{cbMerchant: {URL: rcv.URL, Secrets: []string{cbSecretText}}}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.app.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-served })
+
+	o := s.createOrder(t, "ev-serve", 100, "EUR")
+	s.pay(t, o, "ev-serve-txn")
+	select {
+	case <-recv:
+	case <-time.After(30 * time.Second):
+		t.Fatal("order.paid not delivered within 30 s")
+	}
+	mu.Lock()
+	if len(got) != 1 || got[0] != "order.paid" {
+		t.Errorf("delivered %v, want [order.paid]", got)
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("delivery not recorded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`paysvc_notify_attempts_total{result="delivered"} 1`, `paysvc_notify_attempts_total{result="failed"} 0`,
+		"paysvc_notify_exhausted_total 0", "paysvc_outbox_pending ", "paysvc_outbox_oldest_pending_seconds "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

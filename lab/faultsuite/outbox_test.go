@@ -1,0 +1,128 @@
+package faultsuite
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
+)
+
+// TestOutboxSIGKILLMidDelivery: three serve processes relay one events
+// table to one receiver; one is SIGKILLed while its deliveries are in
+// flight. Every event still reaches the receiver (at-least-once: a repeat
+// is allowed, a gap is not), no two attempts of one event ever overlap,
+// and every event ends delivered.
+func TestOutboxSIGKILLMidDelivery(t *testing.T) {
+	const (
+		n      = 600
+		secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	)
+	d := dbtest.New(t)
+	ids := make([]string, n)
+	// The events are written once the three relays run, so that all three
+	// are delivering when one is killed.
+	insert := func() {
+		now := time.Now().UTC()
+		var (
+			sb   strings.Builder
+			args []any
+		)
+		sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
+		for i := range n {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			sb.WriteString("(?, ?, 'order.closed', ?, ?, 1, ?)")
+			ids[i] = events.NewIDAt(now)
+			args = append(args, ids[i], merchant, now, fmt.Sprintf(`{"order":{"order_no":"ord_k%d"},"reason":"cancelled"}`, i), now)
+		}
+		if _, err := db.Exec(context.Background(), d.Gorm, sb.String(), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		mu       sync.Mutex
+		hits     = map[string]int{}
+		inFlight = map[string]int{}
+		overlaps int
+		total    int
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("webhook-id")
+		mu.Lock()
+		hits[id]++
+		total++
+		inFlight[id]++
+		if inFlight[id] > 1 {
+			overlaps++
+		}
+		mu.Unlock()
+		// Slow enough that a kill catches deliveries in flight.
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		inFlight[id]--
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rcv.Close)
+	received := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return total
+	}
+
+	env := []string{"PAYSVC_NOTIFY_ENDPOINTS=" + merchant + "=" + rcv.URL + " " + secret, "PAYSVC_NOTIFY_TIMEOUT=2s"}
+	procs := []*serveProc{
+		startServe(t, "relay-1", d.DSN, env...),
+		startServe(t, "relay-2", d.DSN, env...),
+		startServe(t, "relay-3", d.DSN, env...),
+	}
+	insert()
+	deadline := time.Now().Add(60 * time.Second)
+	for received() < n/3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d deliveries within 60 s", received())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	claimed := d.Count(t, `SELECT COUNT(*) FROM events WHERE claim IS NOT NULL`)
+	procs[0].kill(t)
+	t.Logf("relay-1 SIGKILLed after %d deliveries, %d events claimed at that moment", received(), claimed)
+
+	// The dead relay's claims come due when their lease ends (2 s timeout
+	// + 10 s margin); the other two deliver them.
+	deadline = time.Now().Add(90 * time.Second)
+	for d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events delivered within 90 s of the kill",
+				d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	repeats := 0
+	for _, id := range ids {
+		switch h := hits[id]; {
+		case h == 0:
+			t.Errorf("event %s never reached the receiver", id)
+		case h > 1:
+			repeats += h - 1
+		}
+	}
+	if overlaps != 0 {
+		t.Errorf("%d overlapping attempts of one event", overlaps)
+	}
+	t.Logf("%d events, %d deliveries, %d repeats (the killed relay's attempts whose outcome it never recorded)", n, total, repeats)
+}

@@ -1,0 +1,282 @@
+package galerasuite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/mockpay"
+)
+
+var (
+	client = &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 2048, IdleConnTimeout: 30 * time.Second},
+		Timeout:   30 * time.Second,
+	}
+	probeClient = &http.Client{Timeout: 5 * time.Second}
+)
+
+// answer is one HTTP response, reduced to what the tests compare.
+type answer struct {
+	Status     int
+	Body       []byte
+	Replayed   bool
+	RetryAfter string
+	Code       string // problem code, "" unless application/problem+json
+	Took       time.Duration
+	Instance   int // which serve process answered
+}
+
+func (a answer) String() string {
+	return fmt.Sprintf("%d (serve-%d, %v) replayed=%t code=%q body=%.200s", a.Status, a.Instance, a.Took.Round(time.Millisecond), a.Replayed, a.Code, a.Body)
+}
+
+// retry reports an answer a well-behaved client retries: 409 in flight and
+// 503 unavailable (CONTRACT §4, §9).
+func (a answer) retry() bool {
+	return (a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use") || a.Status == http.StatusServiceUnavailable
+}
+
+// field is a top-level string field of a JSON body.
+func (a answer) field(name string) string {
+	var m map[string]any
+	_ = json.Unmarshal(a.Body, &m)
+	s, _ := m[name].(string)
+	return s
+}
+
+// request is one request a client sends to any instance.
+type request struct {
+	method, path string
+	key          string // Idempotency-Key (merchant requests)
+	eventID      string // webhook-id (callbacks); signs the request
+	body         []byte
+}
+
+var secret = func() webhooks.Secret {
+	s, err := webhooks.ParseSecret(secretText)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+func send(ctx context.Context, baseURL string, r request) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, r.method, baseURL+r.path, bytes.NewReader(r.body))
+	if err != nil {
+		return answer{}, err
+	}
+	if r.eventID != "" {
+		mockpay.SignRequest(req, secret, r.eventID, time.Now(), r.body)
+	} else {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		if r.body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if r.key != "" {
+			req.Header.Set("Idempotency-Key", r.key)
+		}
+	}
+	began := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{
+		Status:     resp.StatusCode,
+		Body:       b,
+		Replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
+		RetryAfter: resp.Header.Get("Retry-After"),
+		Took:       time.Since(began),
+	}
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
+		a.Code = a.field("code")
+	}
+	return a, nil
+}
+
+// recorder keeps every answer of a phase, per instance, for the checks
+// that hold whatever the outcome: no 500, a Retry-After on every 503 and
+// 409 in flight, no answer slower than the request timeout allows.
+type recorder struct {
+	mu      sync.Mutex
+	byInst  [nodes]map[int]int
+	bad     []string
+	slowest time.Duration
+	retried int // requests (final answers) that needed at least one retry
+	final   int
+	// transport counts requests that got no HTTP answer (see untilFinal).
+	transport int
+	ok        []time.Duration // the time of every 2xx exchange
+}
+
+func newRecorder() *recorder {
+	r := &recorder{}
+	for i := range r.byInst {
+		r.byInst[i] = map[int]int{}
+	}
+	return r
+}
+
+func (r *recorder) add(a answer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byInst[a.Instance][a.Status]++
+	r.slowest = max(r.slowest, a.Took)
+	if a.Status/100 == 2 {
+		r.ok = append(r.ok, a.Took)
+	}
+	switch {
+	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
+		r.bad = append(r.bad, "a 5xx other than 503: "+a.String())
+	case a.retry():
+		if secs, err := strconv.Atoi(a.RetryAfter); err != nil || secs < 1 {
+			r.bad = append(r.bad, fmt.Sprintf("Retry-After %q, want whole seconds >= 1: %v", a.RetryAfter, a))
+		}
+	}
+}
+
+func (r *recorder) finished(attempts int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.final++
+	if attempts > 1 {
+		r.retried++
+	}
+}
+
+func (r *recorder) count(inst, status int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byInst[inst][status]
+}
+
+// check fails the test on any bad answer, or one slower than limit.
+func (r *recorder) check(t testing.TB, phase string, limit time.Duration) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, b := range r.bad {
+		if i == 10 {
+			t.Errorf("%s: ... %d bad answers in all", phase, len(r.bad))
+			break
+		}
+		t.Errorf("%s: %s", phase, b)
+	}
+	if r.slowest > limit {
+		t.Errorf("%s: an answer took %v, more than %v: a request hung", phase, r.slowest, limit)
+	}
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for i, m := range r.byInst {
+		var codes []int
+		for c := range m {
+			codes = append(codes, c)
+		}
+		sort.Ints(codes)
+		var s []string
+		for _, c := range codes {
+			s = append(s, fmt.Sprintf("%d×%d", m[c], c))
+		}
+		parts = append(parts, fmt.Sprintf("serve-%d: %s", i, strings.Join(s, " ")))
+	}
+	return fmt.Sprintf("%s; slowest %v; %d of %d requests needed a retry; %d attempts without an HTTP answer", strings.Join(parts, ", "),
+		r.slowest.Round(time.Millisecond), r.retried, r.final, r.transport)
+}
+
+// untilFinal sends r to procs[start] and retries 409 in flight and 503
+// after their Retry-After (jittered up to a fifth more, so that the
+// duplicates of one key do not come back in step). With moveOn503, a 503
+// is retried on the next instance: a client behind a load balancer that
+// leaves a node out.
+//
+// A request that got no HTTP answer is retried too, as any client of an
+// idempotent API does (the key makes it safe), and counted: on a loaded
+// 2-core runner a storm of hundreds of new connections can leave one
+// waiting past the server's ReadHeaderTimeout (5 s) before its headers are
+// read, and the server then closes it unanswered. The serve processes
+// never die in this suite (startServe's clean-up would say so), so such
+// an error is the client's environment, not a lost answer.
+func untilFinal(ctx context.Context, procs []*serveProc, start int, r request, rec *recorder, moveOn503 bool) (answer, error) {
+	inst := start
+	for attempt := 1; ; attempt++ {
+		a, err := send(ctx, procs[inst].URL, r)
+		if err != nil {
+			rec.mu.Lock()
+			rec.transport++
+			rec.mu.Unlock()
+			if ctx.Err() != nil || attempt >= 20 {
+				return answer{}, fmt.Errorf("%s %s (key %q) on serve-%d, attempt %d: %w", r.method, r.path, r.key+r.eventID, inst, attempt, err)
+			}
+			time.Sleep(50*time.Millisecond + rand.N(50*time.Millisecond))
+			continue
+		}
+		a.Instance = inst
+		rec.add(a)
+		if !a.retry() {
+			rec.finished(attempt)
+			return a, nil
+		}
+		pause := time.Second
+		if secs, err := strconv.Atoi(a.RetryAfter); err == nil && secs >= 1 {
+			pause = time.Duration(secs) * time.Second
+		}
+		if moveOn503 && a.Status == http.StatusServiceUnavailable {
+			// Another instance may well answer now; the Retry-After is
+			// for this one.
+			inst = (inst + 1) % len(procs)
+			pause = 20 * time.Millisecond
+		}
+		pause += rand.N(pause/5 + 1)
+		select {
+		case <-ctx.Done():
+			return answer{}, fmt.Errorf("%s %s (key %q): no final answer before the deadline; last: %v", r.method, r.path, r.key+r.eventID, a)
+		case <-time.After(pause):
+		}
+	}
+}
+
+func getStatus(url string) (int, error) {
+	resp, err := probeClient.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+func createRequest(key, merchantOrderNo string, amount int) request {
+	return request{method: http.MethodPost, path: "/v1/orders", key: key,
+		body: fmt.Appendf(nil, `{"merchant_order_no":%q,"amount":%d,"currency":"EUR","description":"galerasuite"}`, merchantOrderNo, amount)}
+}
+
+func refundRequest(orderNo, key string, amount int) request {
+	return request{method: http.MethodPost, path: "/v1/orders/" + orderNo + "/refunds", key: key,
+		body: fmt.Appendf(nil, `{"amount":%d,"merchant_refund_no":%q}`, amount, key)}
+}
+
+func paymentCallback(eventID, orderNo, txnID string, amount int) request {
+	body, _ := json.Marshal(mockpay.PaymentSucceeded(orderNo, txnID, int64(amount), "EUR"))
+	return request{method: http.MethodPost, path: "/v1/callbacks/" + provider, eventID: eventID, body: body}
+}
