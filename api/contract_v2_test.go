@@ -10,7 +10,7 @@ import (
 // noDatabase are the operations that never touch the database.
 var noDatabase = []string{"healthz", "metrics", "getOpenAPI"}
 
-// TestDatabaseRoutesAnswerUnavailable: CONTRACT §9 (v2). Every operation
+// TestDatabaseRoutesAnswerUnavailable (README.md, "Overload and failure"). Every operation
 // that touches the database documents 503 unavailable with Retry-After in
 // whole seconds (required, except on /readyz, whose 503 is the probe's
 // answer); the others document no 503.
@@ -51,7 +51,7 @@ func TestDatabaseRoutesAnswerUnavailable(t *testing.T) {
 	}
 }
 
-// TestDescriptionControlCharacters: CONTRACT §3 (v2). An order's
+// TestDescriptionControlCharacters (README.md, "Orders and refunds"). An order's
 // description may hold tab, line feed and carriage return, no other
 // control character; merchant_order_no holds none.
 func TestDescriptionControlCharacters(t *testing.T) {
@@ -81,7 +81,7 @@ func TestDescriptionControlCharacters(t *testing.T) {
 	}
 }
 
-// TestCallbackUnhandled: CONTRACT §5 (v2). A signed event of a type the
+// TestCallbackUnhandled (README.md, "Provider callbacks"). A signed event of a type the
 // adapter does not handle is a valid request, answered 200
 // {"result": "unhandled"} without order_no; a handled type with invalid
 // data is not an unhandled event.
@@ -108,7 +108,7 @@ func TestCallbackUnhandled(t *testing.T) {
 	}
 }
 
-// TestRefundMerchantNumber: CONTRACT §3 (v2). The refund request needs
+// TestRefundMerchantNumber (README.md, "Orders and refunds"). The refund request needs
 // merchant_refund_no (1 to 64 characters, no control characters) and the
 // refund document returns it.
 func TestRefundMerchantNumber(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 )
 
 // produceEventSituations brings about the answers of the events API
-// (CONTRACT §10) that TestExamplesMatchRealAnswers compares with the
-// examples: it runs after produceSituations, whose orders, payments and
-// cancels have written events.
+// (README.md, "Events and notifications") that TestExamplesMatchRealAnswers
+// compares with the examples: it runs after produceSituations, whose orders,
+// payments and cancels have written events.
 func produceEventSituations(t *testing.T, e *env) {
 	t.Helper()
 	page := e.merchant(t, "GET", "/v1/events?limit=100", "", "")

@@ -119,7 +119,8 @@ func exampleSites(doc *openapi3.T) []*exampleSite {
 // notProduced are the examples of situations the test cannot bring about
 // (yet); they are still validated against their schema by TestSpecIsValid.
 var notProduced = map[string]string{
-	// A database outage is a 503 (CONTRACT §9): only a bug gives a 500.
+	// A database outage is a 503 (README.md, "Overload and failure"): only a
+	// bug gives a 500.
 	"#/components/responses/InternalError internal_error": "needs a bug",
 }
 
@@ -335,7 +336,8 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	order := created.field("order_no")
 	e.merchant(t, "POST", "/v1/orders", "", coffee)
 	e.merchant(t, "POST", "/v1/orders", "-bad-key", coffee)
-	// Tokens (CONTRACT §14): issued, a bad issue body, one never issued.
+	// Tokens (README.md, "Tokens and the Redis pre-check"): issued, a bad
+	// issue body, one never issued.
 	expect("issue a token", e.merchant(t, "POST", "/v1/idempotency-tokens", "", ""), 201)
 	e.merchant(t, "POST", "/v1/idempotency-tokens", "", `{"amount":1}`)
 	e.merchant(t, "POST", "/v1/orders", idempotency.TokenPrefix+"neverissued", coffee)

@@ -57,9 +57,10 @@ func TestSpecIsValid(t *testing.T) {
 
 // ---- x-idempotency ---------------------------------------------------------
 
-// rootXIdempotency is CONTRACT §7: exactly these fields. The values that
-// exist in code are compared with the code below; the prose ones with the
-// contract's wording.
+// rootXIdempotencyFields are the fields of the root x-idempotency
+// extension (README.md, "The contract, and choosing a window"), exactly
+// these. The values that exist in code are compared with the code below;
+// the prose ones with their fixed wording.
 var rootXIdempotencyFields = []string{
 	"header", "key-pattern", "scope", "fingerprint",
 	"window", "window-env", "callback-window", "callback-window-env", "lease", "lease-env",
@@ -78,7 +79,7 @@ func rootXIdempotency(t *testing.T) map[string]any {
 func TestRootXIdempotencyMatchesCode(t *testing.T) {
 	x := rootXIdempotency(t)
 	if got, want := slices.Sorted(maps.Keys(x)), slices.Sorted(slices.Values(rootXIdempotencyFields)); !slices.Equal(got, want) {
-		t.Errorf("x-idempotency fields = %v, want exactly %v (CONTRACT §7)", got, want)
+		t.Errorf("x-idempotency fields = %v, want exactly %v", got, want)
 	}
 	str := func(k string) string {
 		s, ok := x[k].(string)
@@ -169,9 +170,9 @@ func TestRootXIdempotencyMatchesCode(t *testing.T) {
 	// The statuses and codes of missing/invalid/in-flight/conflict are
 	// compared with live answers in TestIdempotencyAnswersMatchSpec.
 
-	// tokens (CONTRACT §14): the route the code serves, the prefix it
-	// treats as a token; the invalid answer is compared live in
-	// TestIdempotencyAnswersMatchSpec.
+	// tokens (README.md, "Tokens and the Redis pre-check"): the route the
+	// code serves, the prefix it treats as a token; the invalid answer is
+	// compared live in TestIdempotencyAnswersMatchSpec.
 	tokens, _ := x["tokens"].(map[string]any)
 	if got := tokens["route"]; got != httpapi.TokenRoute {
 		t.Errorf("x-idempotency.tokens.route = %v, code httpapi.TokenRoute = %q", got, httpapi.TokenRoute)
@@ -184,20 +185,20 @@ func TestRootXIdempotencyMatchesCode(t *testing.T) {
 	}
 }
 
-// TestOperationXIdempotency: CONTRACT §7's per-operation extension, on the
-// operations of §3 that are idempotent and on no other.
+// TestOperationXIdempotency: the per-operation x-idempotency extension, on
+// the operations that are idempotent by key and on no other.
 func TestOperationXIdempotency(t *testing.T) {
 	doc := loadSpec(t)
 	want := map[string]map[string]any{
 		"POST /v1/orders":                    {"key": "header", "required": true},
 		"POST /v1/orders/{order_no}/cancel":  {"key": "header", "required": true},
 		"POST /v1/orders/{order_no}/refunds": {"key": "header", "required": true},
-		// CONTRACT §10 (v2).
+		// The events API's redelivery.
 		"POST /v1/events/{id}/redeliver": {"key": "header", "required": true},
 		"POST /v1/callbacks/{provider}": {
 			"key": "derived", "template": "{provider}:{type}:{txn_id}", "fingerprint": "sha256 of canonical data",
 		},
-		// CONTRACT §13 (v2): the stripe adapter's route, keyed alike.
+		// The stripe adapter's route, keyed alike.
 		"POST /v1/callbacks/stripe": {
 			"key": "derived", "template": "{provider}:{type}:{txn_id}", "fingerprint": "sha256 of canonical data",
 		},
@@ -209,7 +210,7 @@ func TestOperationXIdempotency(t *testing.T) {
 			w, idempotent := want[name]
 			switch {
 			case !idempotent && has:
-				t.Errorf("%s: has x-idempotency but is not idempotent by key in CONTRACT §3", name)
+				t.Errorf("%s: has x-idempotency but is not idempotent by key", name)
 			case idempotent && !has:
 				t.Errorf("%s: x-idempotency missing", name)
 			case idempotent && !equalJSON(got, w):
@@ -345,7 +346,7 @@ const (
 	testSecret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	testSecretB = "whsec_dGVzdC1zZWNyZXQtZm9yLWFkeWVu"
 	// A provider without an adapter of its own: Standard Webhooks and the
-	// §5 body (the stripe adapter has its own format and tests).
+	// generic callback body (the stripe adapter has its own format and tests).
 	providerAcme  = "acmepay"
 	providerAdyen = "adyen"
 )

@@ -22,7 +22,7 @@ const demoOrderTTL = 2 * time.Second
 // demoProviderKey is the demo's key for mockpay's provider API on loopback.
 const demoProviderKey = "demo-provider-api-key-0123"
 
-// demoProviderAPI serves mockpay's provider API (CONTRACT §11) on a
+// demoProviderAPI serves mockpay's provider API (README.md, "Calls to providers") on a
 // loopback port and points PAYSVC_PROVIDER_API at it, unless the
 // configuration already names an API for mockpay. Refund callbacks are
 // sent to paysvc once connect is called with its base URL. The scenario

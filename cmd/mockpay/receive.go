@@ -16,8 +16,8 @@ import (
 )
 
 const receiveUsage = `mockpay receive [flags]
-        play the merchant's webhook endpoint for paysvc's notifications
-        (CONTRACT §10): verify each delivery's Standard Webhooks signature,
+        play the merchant's webhook endpoint for paysvc's notifications:
+        verify each delivery's Standard Webhooks signature,
         dedup by webhook-id, and print what was received every --every and
         at exit (SIGINT/SIGTERM)
 

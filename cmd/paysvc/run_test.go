@@ -1,9 +1,9 @@
 package main
 
-// Contract tests of the paysvc command (CONTRACT.md §1, §2): run is called
-// directly with its own environment, stdout and stderr, against the real
-// database server. Helpers carry an "rt" prefix so that they cannot collide
-// with other test files of this package.
+// Contract tests of the paysvc command (README.md, "Commands" and
+// "Configuration"): run is called directly with its own environment, stdout
+// and stderr, against the real database server. Helpers carry an "rt" prefix
+// so that they cannot collide with other test files of this package.
 
 import (
 	"bytes"

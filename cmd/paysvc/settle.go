@@ -13,7 +13,7 @@ import (
 	"github.com/paysvc/paysvc/internal/settlement"
 )
 
-// settleCmd runs the daily settlement for one UTC day (CONTRACT §15):
+// settleCmd runs the daily settlement for one UTC day (README.md, "Daily settlement"):
 // one line per settlement it wrote, then "settled N new, M existing". Run
 // it again, or twice at once, and it writes nothing twice.
 func settleCmd(ctx context.Context, cfg config.Config, args []string, stdout io.Writer) error {

@@ -286,7 +286,7 @@ func (a *App) purgeLoop(ctx context.Context) {
 	}
 }
 
-// consumeNATS runs the JetStream intake of provider events (§15) until ctx
+// consumeNATS runs the JetStream intake of provider events until ctx
 // is done; it reconnects by itself and never makes the service unready.
 func (a *App) consumeNATS(ctx context.Context) {
 	c := natsintake.New(a.Callbacks, natsintake.Options{URL: a.Config.NATSURL, Log: a.Log, Metrics: a.Metrics,

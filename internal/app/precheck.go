@@ -13,7 +13,7 @@ import (
 
 // newPrecheck builds the Redis pre-check when PAYSVC_REDIS_URL is set, or
 // returns nil. It does not connect: a Redis that is down at start is only
-// a run of misses (CONTRACT §9).
+// a run of misses: optional parts never make the service unready.
 func newPrecheck(cfg config.Config, namespace string, opTimeout time.Duration, mode idempotency.InFlightMode, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*precheck.Checker, error) {
 	if cfg.RedisURL == "" {
 		return nil, nil

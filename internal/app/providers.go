@@ -14,10 +14,10 @@ import (
 	"github.com/paysvc/paysvc/internal/providers"
 )
 
-// newCallsRelay wires the calls to providers (CONTRACT §11) when
+// newCallsRelay wires the calls to providers (README.md, "Calls to providers") when
 // PAYSVC_PROVIDER_API names at least one provider: payments decides them,
 // a relay over provider_calls makes them, on the notification schedule.
-// Without an API nothing is wired and nothing is ever called (v1).
+// Without an API nothing is wired and nothing is ever called.
 func newCallsRelay(cfg config.Config, reg *providers.Registry, pool, work *gorm.DB, svc *payments.Service,
 	log *slog.Logger, now func() time.Time) *outbox.Relay {
 	if len(reg.OutboundProviders()) == 0 {

@@ -47,8 +47,8 @@ var (
 )
 
 // TestSlowClientsAreClosed runs the real server (App.Serve) with short
-// timeouts and checks issue 10's "slow clients dribbling headers do not
-// stop others and are closed":
+// timeouts and checks that slow clients dribbling headers do not stop
+// others and are closed (README.md, "HTTP server timeouts"):
 //   - 200 connections send a request line and then one header byte every
 //     300 ms, never finishing; while they dribble, normal clients create
 //     orders and GET /healthz, and all succeed;

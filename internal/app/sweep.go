@@ -8,8 +8,8 @@ import (
 	"github.com/paysvc/paysvc/internal/sweep"
 )
 
-// Sweep runs one pass of the order sweep (CONTRACT §12): `paysvc sweep`,
-// and serve every PAYSVC_SWEEP_INTERVAL.
+// Sweep runs one pass of the order sweep (README.md, "Calls to
+// providers"): `paysvc sweep`, and serve every PAYSVC_SWEEP_INTERVAL.
 func (a *App) Sweep(ctx context.Context) (sweep.Counts, error) {
 	s := &sweep.Sweeper{
 		DB:           a.DB,

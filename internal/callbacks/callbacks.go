@@ -35,7 +35,7 @@ const ContentType = "application/json"
 // is the provider's to choose and must not mint time series.
 const unhandledTypeLabel = "other"
 
-// The answer to an event of a type no handler acts on (CONTRACT §5 v2).
+// The answer to an event of a type no handler acts on (README.md, "Provider callbacks").
 var unhandledBody = mustMarshal(struct {
 	Result payments.Result `json:"result"`
 }{payments.Unhandled})
@@ -78,7 +78,7 @@ type Outcome struct {
 	Unhandled bool
 }
 
-// Apply runs the checks of CONTRACT §5 in order — provider, signature,
+// Apply runs the checks of a callback in order — provider, signature,
 // event (the provider's inbound adapter) — and then the engine with the
 // derived key. A returned error is one of ErrUnknownProvider,
 // providers.ErrInvalidSignature, a validate.Error
@@ -128,7 +128,7 @@ func (h *Handler) Apply(ctx context.Context, provider string, header http.Header
 type receivedAtKey struct{}
 
 // WithReceivedAt returns ctx for an event a broker took at t (the JetStream
-// intake, CONTRACT §15): Apply judges its signature's timestamp against t,
+// intake): Apply judges its signature's timestamp against t,
 // not now, since the message may have waited in the stream — for a consumer
 // that was down, or for its own redeliveries — longer than the tolerance.
 // The tolerance still refuses a replay: an old capture published anew is
@@ -140,7 +140,7 @@ func WithReceivedAt(ctx context.Context, t time.Time) context.Context {
 // ApplyEvent applies an event already verified and mapped: the engine with
 // the key {provider}:{type}:{txn_id} and the fingerprint of data. Apply
 // ends here, and so does the order sweep when it finds at the provider a
-// payment whose callback has not arrived (CONTRACT §12): the callback that
+// payment whose callback has not arrived (package sweep): the callback that
 // comes later replays what the sweep stored, byte for byte.
 func (h *Handler) ApplyEvent(ctx context.Context, provider string, p providers.Parsed) (idempotency.Result, error) {
 	ev := p.Event

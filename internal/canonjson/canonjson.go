@@ -1,7 +1,8 @@
 // Package canonjson turns a JSON document into one canonical byte string so
 // that requests which mean the same thing get the same idempotency
-// fingerprint (CONTRACT §4, §5): object keys sorted, no insignificant white
-// space, strings re-escaped one fixed way, numbers kept as written.
+// fingerprint (README.md, "Idempotency in short"): object keys sorted, no
+// insignificant white space, strings re-escaped one fixed way, numbers kept
+// as written.
 //
 // Parse is deliberately stricter than encoding/json. Anything a decoder could
 // read in more than one way is refused rather than canonicalised, because a

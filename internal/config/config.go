@@ -1,5 +1,5 @@
 // Package config owns paysvc's configuration: the PAYSVC_* environment
-// variables of the external contract (CONTRACT.md §2), their defaults, and
+// variables of README.md's "Configuration", their defaults, and
 // their validation. Bad configuration must stop the program at start with one
 // line naming the variable, so every check lives here rather than surfacing
 // later as a confusing runtime failure. Secrets never leave this package in
@@ -55,7 +55,7 @@ type Config struct {
 	Notify           Notify              // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
 	Providers        Providers           // PAYSVC_PROVIDER_API, PAYSVC_ORDER_TTL, PAYSVC_SWEEP_INTERVAL (providers.go)
 
-	// NATSURL enables the JetStream intake of provider events (§15) when
+	// NATSURL enables the JetStream intake of provider events when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
 	NATSURL  string
 	RedisURL string // PAYSVC_REDIS_URL; "" disables the Redis pre-check (redis.go)

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Merchant notifications (CONTRACT §10).
+// Merchant notifications (README.md, "Events and notifications").
 const (
 	envNotifyEndpoints = "PAYSVC_NOTIFY_ENDPOINTS"
 	envNotifyTimeout   = "PAYSVC_NOTIFY_TIMEOUT"

@@ -2,7 +2,7 @@ package config
 
 import "time"
 
-// Calls to providers and order expiry (CONTRACT §11, §12).
+// Calls to providers and order expiry (README.md, "Calls to providers").
 const (
 	envProviderAPI   = "PAYSVC_PROVIDER_API"
 	envOrderTTL      = "PAYSVC_ORDER_TTL"

@@ -4,12 +4,13 @@ import (
 	"net/url"
 )
 
-// envRedisURL enables the optional Redis pre-check (CONTRACT §14).
+// envRedisURL enables the optional Redis pre-check (README.md, "Tokens and
+// the Redis pre-check").
 const envRedisURL = "PAYSVC_REDIS_URL"
 
 // redisURL accepts redis://[user:password@]host[:port][/db], rediss://
 // (TLS) and unix:///path. Only the form is checked here: Redis being
-// unreachable never stops the start (CONTRACT §9).
+// unreachable never stops the start, nor makes the service unready.
 func (l *loader) redisURL(dst *string) {
 	v, ok := l.get(envRedisURL)
 	if !ok {

@@ -10,7 +10,7 @@ import (
 // TestLoadErrorsNameEntriesByPosition: an entry written the wrong way round
 // puts a secret where a name is expected, and a name that passes as valid
 // was echoed: `entry 1 (merchant "sk_live_…")`. No error may contain any
-// run of 4 characters of a value that could be a secret (issue 11 item 9).
+// run of 4 characters of a value that could be a secret.
 func TestLoadErrorsNameEntriesByPosition(t *testing.T) {
 	const (
 		live   = "sk_live_4eC39HqLyjWDarjtT1zdp7dc" // a key that is also a valid merchant id

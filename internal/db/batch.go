@@ -19,8 +19,8 @@ import (
 // back by a brute-force abort (a conflicting write set from another node)
 // between two statements of one batch, and the rest of the batch then runs
 // outside it, each statement committing on its own, with no error
-// (TestGaleraGuarantees caught a response UPDATE matching nothing after
-// its transaction had gone). So a batch either opens a transaction (START
+// (docs/DESIGN.md, "Batches only where nothing can be aborted in
+// between"). So a batch either opens a transaction (START
 // TRANSACTION and its first statement: nothing to abort yet) or follows
 // its end (ROLLBACK and a read); it never carries writes that must commit
 // together, nor a COMMIT.

@@ -23,14 +23,15 @@ import (
 // statement pins a pooled connection all along: the server default (50 s)
 // let a storm of duplicates queue every connection behind one stall. One
 // second is also what "in flight within about a second" needs: a claim
-// INSERT that waits on a holder's fence is answered as in flight after it.
+// INSERT that waits on a running holder's claim is answered as in flight
+// after it (docs/DESIGN.md, "Lock waits are bounded to one second").
 // A business transaction that times out (1205) is run again with jittered
 // backoff inside the request timeout, like a deadlock (internal/idempotency).
 const LockWaitTimeout = 1
 
 // SessionIdleTimeout is the server's wait_timeout for paysvc's sessions.
 // After a network partition the server never sees the client's side of a
-// connection close: a session cut between its fence and its COMMIT would
+// connection close: a session cut before its COMMIT would
 // keep its transaction, and the record's row lock, until wait_timeout
 // ends it — 8 hours by default, during which every claim of the key waits
 // and is answered "in flight", long after the lease. One minute ends such
@@ -67,7 +68,8 @@ func Config(dsn string) (*mysql.Config, error) {
 	// more digits (a time.Time has nanoseconds) MariaDB cannot turn the
 	// literal into a range bound: "next_attempt_at <= '…04.046312562'"
 	// became a full scan of idx_events_due from its NULLs, every delivered
-	// event read on every relay claim (docs/BENCHMARKS.md (f), run 5).
+	// event read on every relay claim (docs/DESIGN.md, "Time literals are
+	// index range bounds").
 	if err := cfg.Apply(mysql.TimeTruncate(time.Microsecond)); err != nil {
 		return nil, fmt.Errorf("parse dsn: %w", err)
 	}

@@ -45,7 +45,8 @@ var unavailableNumbers = map[uint16]bool{
 // ErrUnavailable is what every database fault becomes for a client: the
 // database could not be reached in time, no pooled connection came free, or
 // a conflict kept failing after retries. Nothing was stored; the request may
-// be retried as it is (CONTRACT §9: 503 unavailable with Retry-After).
+// be retried as it is (503 unavailable with Retry-After: README.md, "Overload
+// and failure").
 var ErrUnavailable = errors.New("database unavailable")
 
 func number(err error) uint16 {

@@ -23,10 +23,11 @@ import (
 // index. Each table holds 3,000 rows outside the range (delivered events,
 // settled provider calls, live idempotency records, orders not yet due)
 // and none inside it, so a query that walked its whole index would read
-// them all. It did, before the pool sent times with microseconds: a
-// time.Time has nanoseconds, and MariaDB does not turn
-// '…04.046312562' into a range bound of a DATETIME(6) index; the relay's
-// claim read every delivered event of the last 30 days, on every claim.
+// them all, as it does when the pool sends times with nanoseconds:
+// MariaDB does not turn '…04.046312562' into a range bound of a
+// DATETIME(6) index, and the relay's claim would read every delivered event
+// of the last 30 days, on every claim (docs/DESIGN.md, "Time literals are
+// index range bounds").
 func TestTimeBoundsAreIndexRanges(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

@@ -1,4 +1,5 @@
-// Package events owns the merchant's events (CONTRACT §10): the outbox rows
+// Package events owns the merchant's events (README.md, "Events and
+// notifications"): the outbox rows
 // written in the transaction of the change they report, their delivery
 // state and attempts, the queries of the events API, and the signed POST
 // that delivers one. The relay loop that drives deliveries is package

@@ -35,7 +35,8 @@ func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
 // with microseconds (db.Config): with nanoseconds every claim read the
 // index from its NULLs, i.e. every delivered event still kept, and a
 // 20,000-event backlog drained at 600 events/s instead of 5,600
-// (docs/BENCHMARKS.md (f), run 5; db TestTimeBoundsAreIndexRanges).
+// (docs/DESIGN.md, "Time literals are index range bounds"; db
+// TestTimeBoundsAreIndexRanges).
 func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
 	var jobs []outbox.Job
 	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

@@ -90,7 +90,7 @@ func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Orde
 }
 
 // PaymentFlagged records payment.flagged; data.refund is the automatic
-// refund when one was decided (CONTRACT §10, §11.2).
+// refund when one was decided (README.md, "Calls to providers").
 func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
 	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, flaggedData(r.enc.Order(o), p)}})
 }

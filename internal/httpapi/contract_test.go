@@ -1,6 +1,7 @@
 package httpapi_test
 
-// Contract tests of the merchant HTTP API (CONTRACT.md §3, §4, §8), run over
+// Contract tests of the merchant HTTP API (README.md, "Orders and refunds",
+// "Idempotency in short" and "Metrics"; api/openapi.yaml), run over
 // real HTTP against the assembled service and a fresh MariaDB database per
 // test. Helpers carry a "ct" prefix so that they cannot collide with other
 // test files of this package.
@@ -1172,8 +1173,8 @@ func TestContractNoInputGives5xx(t *testing.T) {
 		body   []byte
 		opts   []ctOpt
 		// The answer, fixed here and not read from the response: a
-		// 5xx, or a 4xx other than the one the checks' order (CONTRACT
-		// §2) gives, fails.
+		// 5xx, or a 4xx other than the one the checks' order
+		// (api/openapi.yaml, "Errors") gives, fails.
 		status int
 		code   string // the problem's code; "" when plain
 		plain  bool   // answered by net/http itself, not a problem document

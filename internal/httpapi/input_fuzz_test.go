@@ -17,7 +17,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
-// FuzzListParams: the events API's after and limit (CONTRACT §10). Any
+// FuzzListParams: the events API's after and limit (api/openapi.yaml). Any
 // query string gives either an after that is an event id (or absent) and
 // a limit in 1..100, or a 400 invalid_request; a malformed query string,
 // in which a bad after or limit could hide, is a 400 too, never silently

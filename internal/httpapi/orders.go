@@ -67,7 +67,7 @@ func orderResponse(status int, o orders.Order, location string) idempotency.Resp
 	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: OrderBody(o)}
 }
 
-// Limits of the order fields (CONTRACT §3).
+// Limits of the order fields (README.md, "Orders and refunds").
 const (
 	MaxMerchantOrderNo = 64
 	MaxDescription     = 255
@@ -87,8 +87,8 @@ func decodeCreate(obj map[string]any) (orders.CreateInput, error) {
 
 // businessResponse turns a business outcome into the response to store:
 // a known business error becomes its problem (stored and replayed like a
-// success, CONTRACT §4); anything else stays an error, rolls back and frees
-// the key.
+// success: README.md, "Idempotency in short"); anything else stays an error,
+// rolls back and frees the key.
 func businessResponse(resp idempotency.Response, err error) (idempotency.Response, error) {
 	if err == nil {
 		return resp, nil

@@ -11,7 +11,7 @@ import (
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
-// Limits of the refund fields (CONTRACT §3).
+// Limits of the refund fields (README.md, "Orders and refunds").
 const (
 	MaxRefundReason     = 255
 	MaxMerchantRefundNo = 64

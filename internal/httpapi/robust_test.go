@@ -36,10 +36,10 @@ func ctHighBytes(n int) string {
 
 // TestContractHostileOrderNoIsStoredAndReplayed: an order number of tens of
 // thousands of raw bytes ≥ 0x80 is a 404 whose detail is bounded, stored,
-// and replayed byte for byte. Quoted whole, the 404 of 36,000 bytes was
-// stored and then answered 500 for the rest of the window (it inflated
-// beyond the decoder's limit); of 45,000 bytes it answered 500 every time
-// (1406 Data too long) (issue 11 item 4).
+// and replayed byte for byte. Quoted whole, a 404 of 36,000 bytes would be
+// stored and then answered 500 for the rest of the window (it inflates
+// beyond the decoder's limit); of 45,000 bytes it would answer 500 every
+// time (1406 Data too long).
 func TestContractHostileOrderNoIsStoredAndReplayed(t *testing.T) {
 	t.Parallel()
 	e := ctNew(t)
@@ -126,8 +126,8 @@ func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *ctLog) {
 }
 
 // TestContractMethodLabelsAreBounded: any method a client sends is labelled
-// as one of a fixed set; the raw method minted a time series each, and
-// 3,000 random 4 KB methods made /metrics 485 MB (issue 11 item 5). The
+// as one of a fixed set; the raw method would mint a time series each, and
+// 3,000 random 4 KB methods would make /metrics 485 MB. The
 // access log does not carry the raw method either.
 func TestContractMethodLabelsAreBounded(t *testing.T) {
 	t.Parallel()
@@ -201,9 +201,9 @@ func TestContractMethodLabelsAreBounded(t *testing.T) {
 }
 
 // TestCallbackSignatureRefusalSaysNotWhy: every refused signature gets the
-// same 401 detail. Saying why ("302s behind, tolerance 300s") told anyone
-// the server's clock and its tolerance; the reason goes to the log only
-// (issue 11 item 10).
+// same 401 detail. Saying why ("302s behind, tolerance 300s") would tell
+// anyone the server's clock and its tolerance; the reason goes to the log
+// only.
 func TestCallbackSignatureRefusalSaysNotWhy(t *testing.T) {
 	t.Parallel()
 	const secretText = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

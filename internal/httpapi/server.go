@@ -43,20 +43,20 @@ type Deps struct {
 	Providers *providers.Registry
 	// CallbackTTL is the window of provider callbacks.
 	CallbackTTL time.Duration
-	// RequestTimeout bounds the work on every request (CONTRACT §9).
+	// RequestTimeout bounds the work on every request (README.md, "Overload and failure").
 	RequestTimeout time.Duration
 	// Reserve is the small pool kept apart from DB; readiness pings it, so
 	// that a saturated request pool does not read as a lost database.
 	Reserve *gorm.DB
 	// Now is the clock of redeliveries (time.Now when nil); WakeRelay, if
-	// set, tells the local relay that a redelivery is due (CONTRACT §10).
+	// set, tells the local relay that a redelivery is due.
 	Now       func() time.Time
 	WakeRelay func()
 	// Callbacks is the callback use case shared with the NATS intake; when
 	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
 	// Precheck, if set, is the Redis pre-check in front of the engine
-	// (CONTRACT §14); readiness never looks at it.
+	// (README.md, "Tokens and the Redis pre-check"); readiness never looks at it.
 	Precheck *precheck.Checker
 }
 
@@ -244,7 +244,7 @@ func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
 
 func (s *server) fail(c *gin.Context, err error) {
 	if errors.Is(err, validate.ErrInvalid) {
-		// The key is checked before the body (CONTRACT §3): a token's
+		// The key is checked before the body (api/openapi.yaml, "Errors"): a token's
 		// validity is settled before the body's refusal is answered.
 		err = s.tokenBeforeBody(c, err)
 	}

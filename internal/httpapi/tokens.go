@@ -16,9 +16,9 @@ type tokenJSON struct {
 	ExpiresAt string `json:"expires_at"`
 }
 
-// POST /v1/idempotency-tokens (CONTRACT §14): body empty or {}, no
-// Idempotency-Key (one sent is ignored: a duplicate issue only mints a
-// token nobody uses, which purge removes). One INSERT.
+// POST /v1/idempotency-tokens (README.md, "Tokens and the Redis pre-check"):
+// body empty or {}, no Idempotency-Key (one sent is ignored: a duplicate
+// issue only mints a token nobody uses, which purge removes). One INSERT.
 func (s *server) issueToken(c *gin.Context) {
 	obj, _, err := parseObject(bodyOf(c), true)
 	if err == nil {
@@ -41,9 +41,10 @@ func (s *server) issueToken(c *gin.Context) {
 }
 
 // tokenBeforeBody answers a token that is not valid for this merchant
-// before bodyErr, the body's refusal: the key check comes first (CONTRACT
-// §3). It costs one SELECT, and only on this error path; a valid body
-// leaves the token's check to the engine's claim, at no extra cost.
+// before bodyErr, the body's refusal: the key check comes first
+// (api/openapi.yaml, "Errors"). It costs one SELECT, and only on this error
+// path; a valid body leaves the token's check to the engine's claim, at no
+// extra cost.
 func (s *server) tokenBeforeBody(c *gin.Context, bodyErr error) error {
 	key, err := idempotency.KeyFromHeader(c.Request.Header.Values(idempotency.KeyHeader))
 	if err != nil || !idempotency.IsToken(key) || c.Request.Method != http.MethodPost || merchantOf(c) == "" || c.FullPath() == TokenRoute {
@@ -60,5 +61,5 @@ func (s *server) tokenBeforeBody(c *gin.Context, bodyErr error) error {
 	return bodyErr
 }
 
-// TokenRoute issues tokens (CONTRACT §14).
+// TokenRoute issues tokens.
 const TokenRoute = "/v1/idempotency-tokens"

@@ -16,7 +16,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
-// Server-issued tokens (CONTRACT §14).
+// Server-issued tokens (README.md, "Tokens and the Redis pre-check").
 
 type ctToken struct {
 	Token     string `json:"token"`
@@ -102,7 +102,7 @@ func TestTokenIssue(t *testing.T) {
 // TestTokenUse: a token is a key the server minted: the first request runs,
 // later ones replay, another body is 422; another merchant's token, an
 // unknown one and an expired one are 400 idempotency_token_invalid and
-// nothing runs; the token is checked before the body (CONTRACT §3).
+// nothing runs; the token is checked before the body (api/openapi.yaml, "Errors").
 func TestTokenUse(t *testing.T) {
 	t.Parallel()
 	e := ctNew(t)
@@ -170,7 +170,7 @@ func TestTokenUse(t *testing.T) {
 	if r := e.create(t, globexTok, ctCreateBody("T-2", 100), ctAs(ctGlobexKey)); r.status != 201 || r.header.Get(ctReplayed) != "" {
 		t.Errorf("globex's own use of its token: %v", r)
 	}
-	// invalid_key counts the refusals (the outcome label of CONTRACT §8).
+	// invalid_key counts the refusals (an outcome of README.md's "Metrics").
 	if got := ctCounter(t, e.app, "/v1/orders", "invalid_key"); got != 8 {
 		t.Errorf("invalid_key = %v, want 8", got)
 	}

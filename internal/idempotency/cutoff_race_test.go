@@ -22,7 +22,7 @@ import (
 // cut-off closes the connection from another goroutine, and a statement
 // that passes database/sql's "done" check just before the close and takes
 // the connection's lock just after it gets a nil driver connection.
-// CONTRACT §9: a lost connection is a 503, never a 500.
+// A lost connection is a 503, never a 500 (README.md, "Overload and failure").
 func TestLeaseCutOffNeverPanics(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

@@ -10,7 +10,7 @@ import (
 // TestEncodingRefusesWhatCannotBeReadBack: whatever Encode accepts, Decode
 // reads back and the response column holds. A response that fails either
 // must be refused before it is stored, or its key answers 500 for the rest
-// of its window (issue 11 item 4).
+// of its window.
 func TestEncodingRefusesWhatCannotBeReadBack(t *testing.T) {
 	t.Parallel()
 	c := NewCodec()

@@ -226,9 +226,9 @@ const (
 	// cleanupBudget is what the statements after a failure may take, past
 	// the request's own deadline if need be. It is kept under a second so
 	// that, with the answer written, a request is answered within its
-	// timeout plus a second (CONTRACT §9): a budget of exactly a second
-	// made a clean-up that hung (a black-holed database) answer a few
-	// milliseconds past that bound (TestDatabaseOutage).
+	// timeout plus a second (README.md, "Overload and failure"): a budget of
+	// exactly a second made a clean-up that hung (a black-holed database)
+	// answer a few milliseconds past that bound (TestDatabaseOutage).
 	cleanupBudget = 750 * time.Millisecond
 )
 
@@ -438,8 +438,8 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 	}
 	// Take-over. A committed PROCESSING record is one this engine never
 	// leaves (its claim commits only with the response), but an engine
-	// that commits its claim first (this package before issue 18, still
-	// running during a rolling upgrade) does, and a record whose lease ran
+	// that commits its claim first (docs/DESIGN.md, "The claim opens the
+	// business transaction") does, and a record whose lease ran
 	// out is one whose holder died: the database rolled its transaction
 	// back, and nothing of it committed, since its business rows commit
 	// only with its fence. beginTakeOver names the old owner and re-checks

@@ -19,11 +19,11 @@ import (
 // whose key's window is over both read the expired record; A deletes it
 // and claims the key anew, and runs; B's DELETE of the expired record then
 // waits for A's claim, which is the key's lock held by a running
-// duplicate: B is a duplicate in flight, 409 with Retry-After (CONTRACT
-// §4), not a database failure. The engine answered it 503 unavailable: the
-// DELETE's lock wait timeout (1205) went up as a database fault. A storm of
-// 16 duplicates of an expired key with a 1.5 s holder saw it in about one
-// run in three; here the interleaving is set up step by step.
+// duplicate: B is a duplicate in flight, 409 with Retry-After (README.md,
+// "Idempotency in short"), not a database failure, although the DELETE's
+// lock wait timeout (1205) looks like one. A storm of 16 duplicates of an
+// expired key with a 1.5 s holder meets it in about one run in three; here
+// the interleaving is set up step by step.
 //
 // B's pool goes through a proxy held between statements: B's claim batch
 // (1062: the expired record exists), then its ROLLBACK and read (the
@@ -66,10 +66,10 @@ func TestDuplicateOfRenewedExpiredKeyIsInFlight(t *testing.T) {
 
 // TestDuplicateOfTakenOverKeyIsInFlight: the same interleaving on a record
 // a dead holder of an engine that commits its claim first left PROCESSING
-// (a rolling upgrade, package doc): B and A both read the record with its
-// lease run out; A takes it over and runs; B's take-over UPDATE then waits
-// on A's row lock. B is a duplicate of a running request: 409, not the
-// 503 the lock wait timeout (1205) was answered with.
+// (docs/DESIGN.md, "The claim opens the business transaction"): B and A both
+// read the record with its lease run out; A takes it over and runs; B's
+// take-over UPDATE then waits on A's row lock. B is a duplicate of a running
+// request: 409, not a 503 for the lock wait timeout (1205).
 func TestDuplicateOfTakenOverKeyIsInFlight(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

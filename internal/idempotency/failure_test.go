@@ -41,8 +41,7 @@ func insertOrder(ctx context.Context, tx *gorm.DB, no string) error {
 
 // TestLostCommitAnswerIsNotA5xx: a COMMIT whose answer is lost, and which
 // the server finishes only after the engine has started its failure path,
-// is answered with the response it committed, not with an error (issue 11
-// item 6).
+// is answered with the response it committed, not with an error.
 //
 // The request pool goes through a proxy; the reserve pool, which the
 // failure path uses, goes straight to the server. After the fence, the
@@ -51,12 +50,11 @@ func insertOrder(ctx context.Context, tx *gorm.DB, no string) error {
 // proxy then cuts the client side, so the driver reads the end of the
 // connection instead of COMMIT's answer, and the engine reads the record
 // back. Only once a statement of this database waits for that row lock —
-// the fixed engine's locking read, or the old engine's release DELETE
-// after its non-locking read saw PROCESSING — does the proxy let the
-// COMMIT through: the server commits, then sees the connection end. The
-// old engine read around the COMMIT, its DELETE then found nothing of its
-// own to delete, and it answered an error for a request that had
-// committed.
+// the engine's locking read, or, in an engine that releases a claim after
+// a non-locking read saw PROCESSING, its release DELETE — does the proxy
+// let the COMMIT through: the server commits, then sees the connection
+// end. An engine that read around the COMMIT would find nothing of its own
+// to delete and answer an error for a request that had committed.
 func TestLostCommitAnswerIsNotA5xx(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -186,7 +184,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // TestReleaseSurvivesSaturatedPool: a request that fails while every
 // connection of the request pool is taken releases its claim at once, so
 // that the client's retry runs instead of answering in flight until the
-// lease ends (issue 11 item 7).
+// lease ends.
 //
 // The pool has 2 connections: the failing request K holds one (a request
 // keeps its connection for its whole round, release included) and a
@@ -350,12 +348,12 @@ func releaseUnderSaturation(t *testing.T, withReserve bool) (stuck bool) {
 }
 
 // TestCommitIntoPartitionIsBounded: a COMMIT sent into a network partition
-// is abandoned at the request's deadline (CONTRACT §9), not after TCP gives
-// up minutes later; the client is told to retry (503), and when the
-// partition heals the COMMIT that did reach the server makes the retry a
-// replay, never a second execution. database/sql's Tx.Commit does not watch
-// its context, so before the engine sent COMMIT as a statement of its own
-// this request hung for as long as the proxy held its bytes.
+// is abandoned at the request's deadline (README.md, "Overload and failure"),
+// not after TCP gives up minutes later; the client is told to retry (503),
+// and when the partition heals the COMMIT that did reach the server makes the
+// retry a replay, never a second execution. database/sql's Tx.Commit does not
+// watch its context, so before the engine sent COMMIT as a statement of its
+// own this request hung for as long as the proxy held its bytes.
 func TestCommitIntoPartitionIsBounded(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

@@ -15,7 +15,7 @@ var (
 	ErrKeyInvalid = errors.New("idempotency key invalid")
 )
 
-// KeyHeader is the request header that carries the key (CONTRACT §4).
+// KeyHeader is the request header that carries the key.
 const KeyHeader = "Idempotency-Key"
 
 // KeyPattern is the contract's key syntax. ValidKey implements it by hand;

@@ -16,8 +16,8 @@ import (
 // TestEngineOversizeResponseDoesNotPoisonKey: a response the record could
 // not give back is refused before it is stored: the request fails, the key
 // is free, and the retry runs and is then replayed. Stored, a response that
-// inflates beyond the decoder's limit answered 500 to every retry for the
-// rest of the window (issue 11 item 4).
+// inflates beyond the decoder's limit would answer 500 to every retry for
+// the rest of the window.
 func TestEngineOversizeResponseDoesNotPoisonKey(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

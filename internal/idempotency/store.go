@@ -68,8 +68,8 @@ const (
 )
 
 // The statements of a claim, and the two batches that are safe to send as
-// one round trip (see the package documentation, "Batches"). lab/cmd/bench
-// sends the same text.
+// one round trip (docs/DESIGN.md, "Batches only where nothing can be aborted
+// in between"). lab/cmd/bench sends the same text.
 const (
 	sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
 		 VALUES (?, ?, ?, ?, ?, ?)`

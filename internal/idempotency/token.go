@@ -15,10 +15,10 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 )
 
-// Server-issued tokens (CONTRACT §14, seed 004): a checkout page asks for a
-// token when it renders the form and submits it as the Idempotency-Key, so
-// a double click, a reload or a client's retry is one request even when
-// the client cannot be trusted to make good keys.
+// Server-issued tokens (README.md, "Tokens and the Redis pre-check"): a
+// checkout page asks for a token when it renders the form and submits it as
+// the Idempotency-Key, so a double click, a reload or a client's retry is one
+// request even when the client cannot be trusted to make good keys.
 //
 // # A token is an idempotency record, issued early
 //
@@ -57,7 +57,7 @@ import (
 // Ask for a token when the form is shown, not days before.
 
 // TokenPrefix starts every server-issued token; a key with this prefix is
-// accepted only as a token (CONTRACT §14).
+// accepted only as a token.
 const TokenPrefix = "itk_"
 
 // ErrTokenInvalid: the key has the token prefix but was not issued to this
@@ -111,7 +111,8 @@ func (e *Engine) IssueToken(ctx context.Context, scope string, ttl time.Duration
 
 // TokenValid reports whether key was issued to scope and has not expired,
 // whether or not it has been used: one SELECT. It settles the key check of
-// a request that fails body validation (CONTRACT §3 orders the key first).
+// a request that fails body validation (the key is checked before the
+// body: api/openapi.yaml, "Errors").
 func (e *Engine) TokenValid(ctx context.Context, scope, key string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()

@@ -1,5 +1,5 @@
 // Package metrics defines paysvc's Prometheus metrics. Their names and
-// labels are part of the contract (CONTRACT §8). Each Metrics has its own
+// labels are part of the contract (README.md, "Metrics"). Each Metrics has its own
 // registry: no global state, so tests and several servers in one process
 // never share counters.
 package metrics
@@ -23,7 +23,7 @@ type Metrics struct {
 	// HTTPDuration{method,route,code}; route is the template.
 	HTTPDuration *prometheus.HistogramVec
 
-	// Outbox (CONTRACT §10): NotifyAttempts{result} counts delivery
+	// Outbox: NotifyAttempts{result} counts delivery
 	// attempts (delivered, failed); NotifyExhausted the events whose
 	// schedule ran out; OutboxPending and OutboxOldestPending (seconds
 	// since the oldest pending event was created) describe the backlog.
@@ -31,14 +31,14 @@ type Metrics struct {
 	NotifyExhausted     prometheus.Counter
 	OutboxPending       prometheus.Gauge
 	OutboxOldestPending prometheus.Gauge
-	// NATSMessages{result}: messages of the JetStream intake (§15) by what
+	// NATSMessages{result}: messages of the JetStream intake by what
 	// was done with them: acked, nacked or terminated.
 	NATSMessages *prometheus.CounterVec
-	// SweepOrders{result}: overdue orders the sweep (§12) closed,
+	// SweepOrders{result}: overdue orders the sweep closed,
 	// recovered from the provider, or deferred.
 	SweepOrders *prometheus.CounterVec
 	// RedisPrecheck{result}: replayed, in_flight, miss or error
-	// (CONTRACT §14); zero unless PAYSVC_REDIS_URL is set.
+	// (README.md, "Tokens and the Redis pre-check"); zero unless PAYSVC_REDIS_URL is set.
 	RedisPrecheck *prometheus.CounterVec
 }
 

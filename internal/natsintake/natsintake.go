@@ -1,5 +1,5 @@
-// Package natsintake is the JetStream intake of provider events (CONTRACT
-// §15): it consumes stream PAYSVC_CALLBACKS (subjects
+// Package natsintake is the JetStream intake of provider events (README.md,
+// "Provider events through NATS JetStream"): it consumes stream PAYSVC_CALLBACKS (subjects
 // paysvc.callbacks.<provider>) with the durable pull consumer "paysvc" and
 // hands every message — its body and its webhook-* headers — to the same
 // callbacks use case as POST /v1/callbacks/{provider}.
@@ -30,7 +30,7 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 )
 
-// Names of the contract (§15).
+// Names operators and publishers rely on (README.md).
 const (
 	Stream        = "PAYSVC_CALLBACKS"
 	SubjectPrefix = "paysvc.callbacks."
@@ -101,7 +101,7 @@ func New(apply Applier, o Options) *Consumer { return &Consumer{o: o.withDefault
 
 // Run consumes until ctx is done. The broker being down or going away is
 // not an error: Run logs it and tries again with backoff, and the service
-// stays ready (§9: NATS is optional). Messages being applied when ctx ends
+// stays ready (NATS is optional). Messages being applied when ctx ends
 // finish (within RequestTimeout) and are settled before Run returns.
 func (c *Consumer) Run(ctx context.Context) error {
 	nc, err := nats.Connect(c.o.URL,

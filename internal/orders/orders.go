@@ -61,7 +61,7 @@ type Order struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	PaidAt              *time.Time
-	// ExpiresAt is when a CREATED order expires (CONTRACT §12); nil when
+	// ExpiresAt is when a CREATED order expires (package sweep); nil when
 	// PAYSVC_ORDER_TTL was 0 at its creation.
 	ExpiresAt *time.Time
 }
@@ -72,7 +72,7 @@ func (o Order) Refundable() int64 {
 }
 
 // ValidNo reports whether s can be an order or refund number at all
-// (CONTRACT §3: at most 32 characters of A-Z a-z 0-9 _ -). Anything else
+// (at most 32 characters of A-Z a-z 0-9 _ -). Anything else
 // names nothing and is answered without a query: the columns are ASCII, and
 // MySQL and MariaDB refuse to compare them with a non-ASCII string (error
 // 1267, illegal mix of collations), which would turn a client's typo into

@@ -7,7 +7,7 @@ import (
 )
 
 // Outbox records the event of an order change in the transaction that
-// makes it (CONTRACT §10); package events implements it. It is called only
+// makes it (a transactional outbox); package events implements it. It is called only
 // after the change happened, so a refusal writes no event, and with the
 // change's tx, so a rollback takes the event with it.
 type Outbox interface {

@@ -78,7 +78,7 @@ func (s *Service) WithTTL(ttl time.Duration) *Service {
 	return s
 }
 
-// Expire closes an overdue CREATED order (CONTRACT §12) by the same
+// Expire closes an overdue CREATED order (package sweep) by the same
 // conditional UPDATE as a cancel, with order.closed (reason expired);
 // false when it is no longer CREATED (a payment or a cancel came first).
 // With an outbox the closed order is read back after the UPDATE

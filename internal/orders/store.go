@@ -130,14 +130,14 @@ func (t Transition) Apply(ctx context.Context, tx *gorm.DB) error {
 }
 
 // ApplyAndGet performs t as Apply does and returns the order as the UPDATE
-// left it, for a change whose event renders the order (CONTRACT §10: as GET
-// would return it). A plain read suffices: the UPDATE holds the row's lock
+// left it, for a change whose event renders the order (as GET would
+// return it). A plain read suffices: the UPDATE holds the row's lock
 // until commit, and a transaction reads its own changes whatever its
 // snapshot. Two statements, two round trips, on purpose: sent as one
-// multi-statement query, a Galera brute-force abort between the two let
+// multi-statement query, a Galera brute-force abort between the two lets
 // the SELECT run outside the rolled-back transaction without an error
-// (internal/idempotency, "Batches"), and the business went on as if the
-// UPDATE had held.
+// (docs/DESIGN.md, "Batches only where nothing can be aborted in
+// between"), and the business would go on as if the UPDATE had held.
 func (t Transition) ApplyAndGet(ctx context.Context, tx *gorm.DB) (Order, error) {
 	if err := t.Apply(ctx, tx); err != nil {
 		return Order{}, err

@@ -12,7 +12,7 @@ import (
 	"github.com/paysvc/paysvc/internal/orders"
 )
 
-// RefundCall is a refund to ask of a provider (CONTRACT §11).
+// RefundCall is a refund to ask of a provider (README.md, "Calls to providers").
 type RefundCall struct {
 	Provider     string
 	Key          string // the Idempotency-Key: the refund_no of a merchant refund
@@ -21,8 +21,8 @@ type RefundCall struct {
 	PaymentTxnID string
 	Amount       int64
 	Currency     string
-	// Auto: an automatic refund of a payment no order keeps (CONTRACT
-	// §11.2); no refunds row exists for it.
+	// Auto: an automatic refund of a payment no order keeps; no refunds
+	// row exists for it.
 	Auto bool
 }
 
@@ -43,7 +43,7 @@ type AutoRefund struct {
 // needs them; package providercalls implements it over its table.
 type Calls interface {
 	// Calls reports whether provider has an API (PAYSVC_PROVIDER_API); a
-	// provider without one gets no calls (v1 behaviour).
+	// provider without one gets no calls.
 	Calls(provider string) bool
 	// DecideRefund writes the call in tx. Deciding the same key again
 	// writes nothing.
@@ -142,7 +142,7 @@ func (s *Service) decideRefund(ctx context.Context, tx *gorm.DB, o orders.Order,
 }
 
 // FailRefund fails a PENDING merchant refund that its provider refused for
-// good (CONTRACT §11: a 4xx other than 409/429): the reservation is
+// good (a 4xx other than 409/429): the reservation is
 // released and refund.failed recorded, as a refund.failed callback would.
 // false when the refund is no longer PENDING (a callback settled it
 // first). Locks follow the package's lock order: the order, then the

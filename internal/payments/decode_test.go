@@ -101,8 +101,9 @@ var maxRefText = strings.Repeat("r", maxRef)
 
 // TestDecodeEventFingerprintInput: the canonical data is the same for
 // bodies that mean the same, and differs when data differs in any field,
-// known or not (CONTRACT §5: the fingerprint is SHA-256 of the canonical
-// data, so a provider changing an unknown field is a different event).
+// known or not (README.md, "Provider callbacks": the fingerprint is SHA-256
+// of the canonical data, so a provider changing an unknown field is a
+// different event).
 func TestDecodeEventFingerprintInput(t *testing.T) {
 	decode := func(body string) string {
 		t.Helper()
@@ -315,7 +316,7 @@ func TestDecodeEventTypeIsRefund(t *testing.T) {
 }
 
 // TestDecodeEventUnhandledType: a well-formed event of another type is not
-// invalid: it is acknowledged as unhandled (CONTRACT §5 v2), whatever its
+// invalid: it is acknowledged as unhandled (README.md, "Provider callbacks"), whatever its
 // data holds, since the service never reads it.
 func TestDecodeEventUnhandledType(t *testing.T) {
 	for _, body := range []string{

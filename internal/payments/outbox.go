@@ -9,7 +9,7 @@ import (
 )
 
 // Outbox records the events of a change in the transaction that makes it
-// (CONTRACT §10); package events implements it. Each method is called only
+// (a transactional outbox); package events implements it. Each method is called only
 // after its change happened, and never for an event seen before (a
 // redelivery the unique provider transaction absorbed), so a replay, a
 // refusal or a rollback leaves no event.
@@ -25,7 +25,7 @@ type Outbox interface {
 	// unchanged.
 	PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
 	// PaymentRefunded: the automatic refund of a flagged payment settled
-	// (CONTRACT §11.2); o is its order, unchanged.
+	// (README.md, "Calls to providers"); o is its order, unchanged.
 	PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
 }
 

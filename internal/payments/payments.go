@@ -67,7 +67,8 @@ type Event struct {
 	Currency string
 }
 
-// Result is what a callback did; it is stored and replayed (CONTRACT §5).
+// Result is what a callback did; it is stored and replayed (README.md,
+// "Provider callbacks").
 type Result string
 
 // The results of a callback.
@@ -90,7 +91,7 @@ var (
 	// ErrUnhandledType: a correctly signed event of a type this service does
 	// not act on. It is acknowledged (200 "unhandled") and not stored:
 	// providers send many types a service never needs, and disable an
-	// endpoint that keeps refusing them (CONTRACT §5 v2).
+	// endpoint that keeps refusing them.
 	ErrUnhandledType = errors.New("event type not handled")
 	// ErrRefundExists: the merchant already used this merchant_refund_no,
 	// under another Idempotency-Key or after the key's window (409).

@@ -194,7 +194,7 @@ func (s *Service) paymentSucceeded(ctx context.Context, tx *gorm.DB, provider st
 		return "", err
 	}
 	// With the provider's API the money goes back without a person
-	// (CONTRACT §11.2): decided here, in the transaction that found it.
+	// (README.md, "Calls to providers"): decided here, in the transaction that found it.
 	refundNo, err := s.decideAutoRefund(ctx, tx, provider, ev)
 	if err != nil {
 		return "", err

@@ -1,5 +1,5 @@
-// Package precheck is the optional Redis pre-check of CONTRACT §14 (seeds
-// 002 and 004): in front of the idempotency engine, Redis may answer a
+// Package precheck is the optional Redis pre-check (README.md, "Tokens and
+// the Redis pre-check"): in front of the idempotency engine, Redis may answer a
 // duplicate early — a finished request's stored response, or 409 in flight
 // — and so spare MySQL. It never decides a first execution: on anything
 // but such an answer the request goes to the engine, which claims its key
@@ -7,7 +7,8 @@
 //
 // # Why Redis can be wrong here without harm
 //
-// The seeds' warnings are all about Redis as the arbiter: a failed request
+// The usual warnings about Redis in idempotency are about Redis as the
+// arbiter: a failed request
 // leaves its key behind, a TTL lets late duplicates through, a failover
 // loses keys. Here Redis holds only two kinds of entry, under the record's
 // own key hash (merchant scope included), each carrying the request's full
@@ -46,7 +47,7 @@
 // Every command runs under OpTimeout (tens of milliseconds), with no
 // retries: a slow or dead Redis adds at most that to a request, twice for
 // a first execution (the check, then the store). Readiness never looks at
-// Redis (CONTRACT §9). The client is rueidis: it pipelines the commands of
+// Redis. The client is rueidis: it pipelines the commands of
 // concurrent requests over a couple of connections, where a pooled client
 // makes a storm queue for connections and dial new ones.
 package precheck

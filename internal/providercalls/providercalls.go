@@ -1,5 +1,5 @@
 // Package providercalls owns the calls paysvc makes to its providers
-// (CONTRACT §11): a call is a row of provider_calls written in the
+// (README.md, "Calls to providers"): a call is a row of provider_calls written in the
 // transaction that decides it, and a relay (package outbox) attempts it
 // outside any transaction, at least once, on the schedule of
 // PAYSVC_NOTIFY_SCHEDULE. Every attempt of a row sends the row's

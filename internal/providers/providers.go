@@ -1,18 +1,19 @@
 // Package providers is the seam between paysvc and its payment providers
-// (CONTRACT §11, §13). Each provider is an adapter with two halves:
+// (README.md, "Calls to providers" and "Stripe"; docs/FORKING.md). Each
+// provider is an adapter with two halves:
 //
-//   - Inbound verifies a webhook (headers, body) and maps it to one event of
-//     CONTRACT §5, with the canonical bytes the callback's fingerprint is
-//     taken over; or says the type is unhandled.
-//   - Outbound makes the calls of §11: a refund with an idempotency key of
-//     ours, and the payment status query of §12.
+//   - Inbound verifies a webhook (headers, body) and maps it to one of the
+//     events of README.md's "Provider callbacks", with the canonical bytes
+//     the callback's fingerprint is taken over; or says the type is
+//     unhandled.
+//   - Outbound makes the calls to the provider: a refund with an
+//     idempotency key of ours, and the payment status query of the sweep.
 //
 // A Registry holds the adapters by provider name (the {provider} of
 // POST /v1/callbacks/{provider}). Adapters are built by a Kind, chosen by
 // provider name; a provider without a kind of its own speaks Standard
-// Webhooks and the generic API (package providers/mockpay), as every
-// provider did before adapters existed. A fork adds a provider by adding a
-// Kind (CONTRACT §13).
+// Webhooks and the generic API (package providers/stdwebhooks). A fork
+// adds a provider by adding a Kind (docs/FORKING.md, "Add a provider").
 package providers
 
 import (
@@ -71,7 +72,7 @@ func Retryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err)
 // giving up on a refund is the decision that must be certain.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
-// Parsed is one verified webhook, mapped to CONTRACT §5.
+// Parsed is one verified webhook, mapped to paysvc's provider events.
 type Parsed struct {
 	Event payments.Event
 	// Data is the canonical JSON of the event's business data: the
@@ -84,10 +85,10 @@ type Parsed struct {
 	Data []byte
 }
 
-// EventData is the canonical JSON of an event's data as CONTRACT §5 lists
-// it: {order_no, txn_id, amount, currency}, plus refund_no for refund
-// events. For a Standard Webhooks body that carries exactly these fields
-// it equals the canonical form of the body's data.
+// EventData is the canonical JSON of an event's data as README.md, "Provider
+// callbacks" lists it: {order_no, txn_id, amount, currency}, plus refund_no
+// for refund events. For a Standard Webhooks body that carries exactly these
+// fields it equals the canonical form of the body's data.
 func EventData(ev payments.Event) []byte {
 	m := map[string]any{"order_no": ev.OrderNo, "txn_id": ev.TxnID,
 		"amount": json.Number(strconv.FormatInt(ev.Amount, 10)), "currency": ev.Currency}
@@ -108,7 +109,7 @@ type Inbound interface {
 
 // InboundAt is an Inbound that can judge a signature's timestamp against a
 // given time rather than now: the time a broker took the message, for an
-// event that waited in a stream (CONTRACT §15). An event consumed later
+// event that waited in a stream (the JetStream intake). An event consumed later
 // than the tolerance after it was published is still the event its sender
 // signed; a replay of an old capture, published anew, is not.
 type InboundAt interface {
@@ -130,14 +131,14 @@ type RefundRequest struct {
 	// OrderNo is the order the refunded payment paid. A provider whose
 	// refund objects do not carry the payment's order (Stripe's Refund has
 	// the PaymentIntent id, not its metadata) stores it on the refund, so
-	// that its refund callback can name the order, as §5 requires.
+	// that its refund callback can name the order, as every refund event must.
 	OrderNo string
 }
 
 // RefundStatus is what the provider says of a refund it accepted.
 type RefundStatus string
 
-// Refund statuses of CONTRACT §11.
+// Refund statuses of the generic provider API (README.md, "Calls to providers").
 const (
 	RefundPending   RefundStatus = "pending"
 	RefundSucceeded RefundStatus = "succeeded"
@@ -153,7 +154,7 @@ type RefundResult struct {
 // PaymentStatus is the status of a payment at the provider.
 type PaymentStatus string
 
-// Payment statuses of CONTRACT §11.
+// Payment statuses of the generic provider API (README.md, "Calls to providers").
 const (
 	PaymentSucceeded PaymentStatus = "succeeded"
 	PaymentFailed    PaymentStatus = "failed"
@@ -169,9 +170,9 @@ type Payment struct {
 	Currency string
 }
 
-// Outbound makes the calls of CONTRACT §11. Errors wrap ErrPermanent or
-// ErrRetryable (see StatusError, Retryable). Calls are never made inside a
-// database transaction.
+// Outbound makes the calls to a provider (README.md, "Calls to providers").
+// Errors wrap ErrPermanent or ErrRetryable (see StatusError, Retryable).
+// Calls are never made inside a database transaction.
 type Outbound interface {
 	// Refund asks for a refund, idempotent at the provider by req.Key.
 	Refund(ctx context.Context, req RefundRequest) (RefundResult, error)
@@ -294,7 +295,7 @@ func (r *Registry) Inbound(provider string) (Inbound, bool) {
 }
 
 // Outbound is the API adapter of a provider, if PAYSVC_PROVIDER_API has it.
-// A provider without one gets no calls (v1 behaviour).
+// A provider without one gets no calls.
 func (r *Registry) Outbound(provider string) (Outbound, bool) {
 	if r == nil {
 		return nil, false

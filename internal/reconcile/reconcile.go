@@ -27,11 +27,12 @@ type Report struct {
 	Orders, Payments, Refunds, LedgerEntries int64
 	// ToRefund counts payments that took money no order keeps (duplicate,
 	// late or of the wrong amount): money to pay back, not an inconsistency,
-	// so the books stay clean (CONTRACT §6: no interleaving of duplicates
-	// makes a finding). Each one is listed in Unreturned.
+	// so the books stay clean (README.md, "Orders and refunds": no
+	// interleaving of duplicates makes a finding). Each one is listed in
+	// Unreturned.
 	ToRefund int64
 	// Returned counts such payments that the provider refunded
-	// automatically (CONTRACT §11.2): settled, neither to refund by hand
+	// automatically (README.md, "Calls to providers"): settled, neither to refund by hand
 	// nor a finding.
 	Returned   int64
 	Unreturned []Finding
@@ -74,7 +75,7 @@ SELECT CONCAT(p.provider, '/', CAST(p.txn_id AS CHAR), ' on order ', p.order_no,
    AND NOT EXISTS (SELECT 1 FROM provider_calls c WHERE ` + autoRefundOf + `)
  ORDER BY p.id`}
 
-// autoRefundOf matches the automatic refund (CONTRACT §11.2) of payment p:
+// autoRefundOf matches the automatic refund of payment p:
 // such a payment is being returned, or was, without a person.
 const autoRefundOf = `c.provider = p.provider AND c.payment_txn_id = p.txn_id AND c.kind = 1`
 

@@ -1,4 +1,5 @@
-// Package settlement is the daily settlement job (CONTRACT §15): for a UTC
+// Package settlement is the daily settlement job (README.md, "Daily
+// settlement"): for a UTC
 // day D, per merchant and currency, what the ledger booked that day —
 // applied payments and settled refunds, counts and sums — and the net.
 //

@@ -1,4 +1,4 @@
-// Package sweep is the order sweep of CONTRACT §12: it takes overdue
+// Package sweep is the order sweep (README.md, "Calls to providers"): it takes overdue
 // CREATED orders (expires_at passed) in batches and, for each, first asks
 // every provider with an API for the order's payments. A succeeded
 // payment found there is applied exactly as its callback would be — the
@@ -13,7 +13,7 @@
 // transition (CREATED → PAID by the callback path, CREATED → CLOSED by
 // Expire), so of a sweep and a racing callback, or of two sweeps, exactly
 // one moves the order; a payment that loses is a late_payment, refunded
-// automatically (CONTRACT §11). No transaction is open while a provider
+// automatically. No transaction is open while a provider
 // is asked.
 package sweep
 

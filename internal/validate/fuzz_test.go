@@ -11,7 +11,7 @@ import (
 	"github.com/paysvc/paysvc/internal/canonjson"
 )
 
-// FuzzFields: the money and text rules of CONTRACT §3 against an
+// FuzzFields: the money and text rules (README.md, "Orders and refunds") against an
 // independent oracle, on values as canonjson parses them from a client's
 // JSON. An amount is accepted exactly when it is a plain integer literal in
 // [1, 10^12]; a currency exactly when it is three ASCII upper-case letters;

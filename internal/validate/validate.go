@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 )
 
-// Limits of money (CONTRACT §3).
+// Limits of money (README.md, "Orders and refunds").
 const (
 	MinAmount            = 1
 	MaxAmount            = 1_000_000_000_000
@@ -86,9 +86,9 @@ const MaxQuoted = 64
 // invalid UTF-8 bytes are escaped and the result is one line of valid
 // UTF-8) and bounded to MaxQuoted bytes of the input, with its full length
 // after the cut. Unbounded, a 4xx detail grows with the input, and a stored
-// detail can outgrow what the idempotency record holds (issue 11 item 4):
-// a 36,000-byte order number quoted whole became a 180,000-byte 404 that
-// was stored and then could not be read back for the rest of its window.
+// detail can outgrow what the idempotency record holds: a 36,000-byte
+// order number quoted whole would make a 180,000-byte 404, stored and then
+// unreadable for the rest of its window.
 func Quote(s string) string {
 	if len(s) <= MaxQuoted {
 		return strconv.Quote(s)
@@ -137,7 +137,7 @@ func (f *Fields) Text(name string, required bool, maxLen int) string {
 
 // FreeText reads an optional free-text field (a description) of at most
 // maxLen characters: as Text, but tab, line feed and carriage return are
-// allowed, since people write free text in lines (CONTRACT §3 v2). Other
+// allowed, since people write free text in lines. Other
 // control characters stay refused: they hide text in logs and terminals.
 func (f *Fields) FreeText(name string, maxLen int) string {
 	return f.text(name, false, maxLen, true)

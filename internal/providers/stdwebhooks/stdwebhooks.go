@@ -1,11 +1,11 @@
-// Package mockpay is the adapter of providers that speak Standard Webhooks
-// and the generic provider API of CONTRACT §11 — cmd/mockpay, and any
+// Package stdwebhooks is the adapter of providers that speak Standard Webhooks
+// and the generic provider API (README.md, "Calls to providers") — cmd/mockpay, and any
 // provider without an adapter of its own.
 //
 // Inbound: the webhook is verified as Standard Webhooks (package webhooks)
-// and its body is already the event of CONTRACT §5 (payments.DecodeEvent).
-// Outbound: POST {URL}/v1/refunds and GET {URL}/v1/payments?order_no=,
-// with Authorization: Bearer {api_key}.
+// and its body is already the event of README.md, "Provider callbacks"
+// (payments.DecodeEvent). Outbound: POST {URL}/v1/refunds and GET
+// {URL}/v1/payments?order_no=, with Authorization: Bearer {api_key}.
 package stdwebhooks
 
 import (
@@ -28,7 +28,7 @@ import (
 // Kind builds mockpay adapters.
 var Kind = providers.Kind{NewInbound: NewInbound, NewOutbound: NewOutbound}
 
-// Inbound verifies Standard Webhooks and decodes §5 events.
+// Inbound verifies Standard Webhooks and decodes paysvc's provider events.
 type Inbound struct{ verifier *webhooks.Verifier }
 
 // NewInbound parses the secrets (several during a rotation).

@@ -15,7 +15,8 @@ import (
 )
 
 // TestOutbound: the refund call carries the key, the API key and the body
-// of CONTRACT §11; answers classify as the contract says; the payments
+// of the generic provider API; answers classify as README.md's "Calls to
+// providers" says; the payments
 // query decodes its list.
 func TestOutbound(t *testing.T) {
 	t.Parallel()

@@ -188,10 +188,11 @@ const (
 	metaRefundNo = "refund_no"
 )
 
-// Parse maps a verified Stripe event to the provider event of CONTRACT §5
-// and returns it with the canonical form of its §5 data, the callback's
-// fingerprint input. A well-formed event paysvc does not act on is
-// providers.ErrUnhandled; a malformed one is a validate.Error (400).
+// Parse maps a verified Stripe event to one of paysvc's provider events
+// (README.md, "Provider callbacks") and returns it with the canonical form of
+// its data, the callback's fingerprint input. A well-formed event paysvc does
+// not act on is providers.ErrUnhandled; a malformed one is a validate.Error
+// (400).
 //
 // Stripe's own types (stripe.Event, stripe.PaymentIntent) are not used to
 // decode: they follow the API version stripe-go is pinned to, while an
@@ -247,7 +248,7 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 			to = payments.RefundFailed
 		default:
 			// pending, requires_action, canceled: not settled yet, or
-			// not a state §5 has; the settling update follows.
+			// not a state a refund event has; the settling update follows.
 			return payments.Event{}, nil, fmt.Errorf("stripe %s with status %s: %w", typ, validate.Quote(status), providers.ErrUnhandled)
 		}
 		refundNo, ours := meta[metaRefundNo]

@@ -76,7 +76,7 @@ func (o *Outbound) Refund(ctx context.Context, r providers.RefundRequest) (provi
 	return providers.RefundResult{ID: re.ID, Status: refundStatus(re.Status)}, nil
 }
 
-// refundStatus maps Stripe's five refund states to §11's three.
+// refundStatus maps Stripe's five refund states to the generic API's three.
 func refundStatus(s stripego.RefundStatus) providers.RefundStatus {
 	switch s {
 	case stripego.RefundStatusSucceeded:
@@ -94,7 +94,7 @@ func refundStatus(s stripego.RefundStatus) providers.RefundStatus {
 // answered: a payment found here is applied to that order.
 func (o *Outbound) PaymentsByOrder(ctx context.Context, orderNo string) ([]providers.Payment, error) {
 	if orderNo == "" || strings.ContainsAny(orderNo, `'\`) {
-		// order_no is A-Z a-z 0-9 _ - (CONTRACT §3); anything else would
+		// order_no is A-Z a-z 0-9 _ - (orders.ValidNo); anything else would
 		// change the query.
 		return nil, fmt.Errorf("stripe search: order_no %q: %w", orderNo, providers.ErrPermanent)
 	}
@@ -118,7 +118,7 @@ func (o *Outbound) PaymentsByOrder(ctx context.Context, orderNo string) ([]provi
 	return out, nil
 }
 
-// paymentOf is a PaymentIntent as §11 reports it. A succeeded one must be
+// paymentOf is a PaymentIntent as the status query reports it. A succeeded one must be
 // the same business event as its payment_intent.succeeded webhook (Parse):
 // the sweep applies it under the key and fingerprint the webhook will
 // have, so the webhook replays instead of answering 422. Hence the same
@@ -132,7 +132,7 @@ func paymentOf(pi *stripego.PaymentIntent) providers.Payment {
 	return pay
 }
 
-// paymentStatus maps a PaymentIntent's state to §11's three. A failed
+// paymentStatus maps a PaymentIntent's state to the generic API's three. A failed
 // attempt leaves it in requires_payment_method with last_payment_error; the
 // customer may still try again, but this attempt has failed.
 func paymentStatus(pi *stripego.PaymentIntent) providers.PaymentStatus {
@@ -149,10 +149,10 @@ func paymentStatus(pi *stripego.PaymentIntent) providers.PaymentStatus {
 	return providers.PaymentPending
 }
 
-// classify sorts a stripe-go error into §11's two kinds: an answer with a
-// status is providers.StatusError's rule (4xx other than 409/429
-// permanent); no answer at all (timeout, refused connection, a cancelled
-// context) is retryable.
+// classify sorts a stripe-go error into the two kinds of providers.Outbound:
+// an answer with a status is providers.StatusError's rule (4xx other than
+// 409/429 permanent); no answer at all (timeout, refused connection, a
+// cancelled context) is retryable.
 func classify(err error) error {
 	var se *stripego.Error
 	if errors.As(err, &se) && se.HTTPStatusCode != 0 {

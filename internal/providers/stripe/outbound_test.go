@@ -50,7 +50,7 @@ func TestPaymentStatus(t *testing.T) {
 	}
 }
 
-// Error classification of CONTRACT §11 on Stripe's error answers: 4xx
+// Error classification (README.md, "Calls to providers") on Stripe's error answers: 4xx
 // other than 409/429 permanent; 5xx, 409, 429, timeouts and no answer
 // retryable.
 func TestRefundErrorClassification(t *testing.T) {

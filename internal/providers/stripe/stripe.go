@@ -1,7 +1,7 @@
-// Package stripe is the adapter of Stripe (CONTRACT §13): it verifies
+// Package stripe is the adapter of Stripe (README.md, "Stripe"): it verifies
 // Stripe's webhooks (the Stripe-Signature scheme, with stripe-go's webhook
 // package), maps the Stripe events paysvc acts on to the provider events of
-// CONTRACT §5, and makes the provider calls of §11 through stripe-go's API
+// README.md's "Provider callbacks", and makes the provider calls through stripe-go's API
 // client. It is the only package that knows Stripe's formats: everything
 // it hands the engine is a payments.Event, and everything it is asked for
 // is a refund or a payment list in paysvc's terms.
@@ -21,7 +21,7 @@
 // object's id (pi_…, re_…), never the event's id (evt_…): Stripe sends one
 // change as several events (refund.created and refund.updated) and
 // redelivers under new event ids, and all of them are one business event
-// with key stripe:{type}:{txn_id}. The fingerprint is over the mapped §5
+// with key stripe:{type}:{txn_id}. The fingerprint is over the mapped
 // data, not over Stripe's envelope, for the same reason.
 //
 // An object without paysvc's metadata (a payment made through another
