@@ -6,12 +6,15 @@
 //	orders     (c) POST /v1/orders against its raw-SQL equivalent
 //	storage    (d) bytes per idempotency record
 //	purge      (e) a writer's latency without and during purge
-//	nats       (f) callbacks through NATS JetStream against HTTP
-//	settle     (g) the daily settlement of a day's ledger, and callback
+//	outbox     (f) callbacks without and with the outbox, and the relay
+//	nats       (g) callbacks through NATS JetStream against HTTP
+//	settle     (h) the daily settlement of a day's ledger, and callback
 //	           latency during it
+//	dupstorm   (i) a duplicate storm, MySQL alone and with the Redis
+//	           pre-check
 //	dbwork     (j) the database work per request: callbacks and orders
-//	           in today's design and in one commit, raw and over HTTP,
-//	           against the minimal deduplicating transaction
+//	           with a committed claim and in one commit, raw and over
+//	           HTTP, against the minimal deduplicating transaction
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -36,7 +39,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
-// Section names, and the letters of the brief that name them too.
+// Section names, and the letters docs/BENCHMARKS.md names them by too.
 const (
 	SectionCallbacks = "callbacks"
 	SectionOrders    = "orders"
@@ -46,7 +49,7 @@ const (
 	// request, through a recording proxy (a few requests, no timing).
 	SectionRoundTrips = "roundtrips"
 	// SectionOutbox compares callbacks with and without the outbox and
-	// times the relay (issue 12).
+	// times the relay (f).
 	SectionOutbox = "outbox"
 	// SectionNATS: callbacks through NATS JetStream against HTTP (g);
 	// SectionSettle: the daily settlement and callbacks during it (h).
@@ -56,7 +59,7 @@ const (
 	// pre-check (dupstorm.go).
 	SectionDupStorm = "dupstorm"
 	// SectionDBWork is the database work per request against the minimal
-	// transaction (dbwork.go, issue 18).
+	// transaction (dbwork.go, j).
 	SectionDBWork = "dbwork"
 )
 

@@ -351,11 +351,12 @@ func TestSQLMatchesService(t *testing.T) {
 func replaysDue(ops, n int) bool { return ops >= 3*n }
 
 // safeBatch checks the service's one rule for multi-statement round trips
-// (internal/idempotency, "Batches"): a batch opens a transaction with its
-// claim, or follows a ROLLBACK with a read; no other statement travels with
-// another, and never a COMMIT, since a Galera brute-force abort between
-// two statements of a batch lets the rest run outside the transaction.
-// (The service's statements bind no value containing "; " here.)
+// (docs/DESIGN.md, "Batches only where nothing can be aborted in between"): a
+// batch opens a transaction with its claim, or follows a ROLLBACK with a
+// read; no other statement travels with another, and never a COMMIT, since a
+// Galera brute-force abort between two statements of a batch lets the rest
+// run outside the transaction. (The service's statements bind no value
+// containing "; " here.)
 func safeBatch(query string) error {
 	q := strings.Join(strings.Fields(query), " ")
 	parts := strings.Split(q, "; ")

@@ -69,14 +69,15 @@ func (m *mix[T]) succeeded(v T) {
 	m.head = (m.head + 1) % recentDelivered
 }
 
-// rawCallbackOp is the raw-SQL limit of a callback in the design before
-// issue 18, a committed claim (section j's "committed claim" cell): the
-// statements paysvc issued then for a first delivery (claim; BEGIN, payment INSERT, order
-// UPDATE, ledger INSERT, the order's locking read and the order.paid event
-// INSERT of the outbox, fence, COMMIT = 9 round trips) and for a replay
-// (claim → 1062, SELECT = 2), with database/sql and no HTTP. Like the
-// service, it hashes the key and the request and encodes the response it
-// stores (codec): the bytes the server receives are the service's.
+// rawCallbackOp is the raw-SQL limit of a callback in the committed-claim
+// design (section j's "committed claim" cell; docs/DESIGN.md, "The claim
+// opens the business transaction"): its statements for a first delivery
+// (claim; BEGIN, payment INSERT, order UPDATE, ledger INSERT, the order's
+// locking read and the order.paid event INSERT of the outbox, fence, COMMIT =
+// 9 round trips) and for a replay (claim → 1062, SELECT = 2), with
+// database/sql and no HTTP. Like the service, it hashes the key and the
+// request and encodes the response it stores (codec): the bytes the server
+// receives are the service's.
 func rawCallbackOp(raw *sql.DB, codec *idempotency.Codec, supply *orderSupply) opFunc {
 	m := newMix[event]()
 	return func(ctx context.Context) (opKind, error) {
@@ -152,7 +153,7 @@ func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Cod
 }
 
 // oneCommitCallbackStatements are a first payment's business statements as
-// the service sends them since issue 18, each its own round trip: payment
+// the service sends them, each its own round trip: payment
 // INSERT, the order's UPDATE and the read of the row it left
 // (Transition.ApplyAndGet), ledger INSERT, the order.paid event's INSERT.
 // They return the fence's arguments.
@@ -305,16 +306,16 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 	}
 }
 
-// sqlOrderForUpdateBefore is the locking read of the order that the
-// service issued before issue 18 to render order.paid (Transition.ApplyAndGet
-// reads it with its UPDATE now): the "committed claim" cell sends what the
-// service sent then.
+// sqlOrderForUpdateBefore is a locking read of the order to render
+// order.paid, as the committed-claim design reads it (the service's
+// Transition.ApplyAndGet reads the row its UPDATE left instead): the
+// "committed claim" cell sends that design's statements.
 const sqlOrderForUpdateBefore = `SELECT order_no, merchant_id, merchant_order_no, status, amount, currency,
        refunded_amount, pending_refund_amount, description, version, created_at, updated_at, paid_at
   FROM orders WHERE order_no = ? FOR UPDATE`
 
-// rawOrderPaidEvent is the outbox's part of a first payment (CONTRACT
-// §10) before issue 18: the order's locking read and the order.paid
+// rawOrderPaidEvent is the outbox's part of a first payment in the
+// committed-claim design: the order's locking read and the order.paid
 // event's INSERT, its data rendered as the service renders it (no
 // merchant endpoint in this section: delivery none).
 func rawOrderPaidEvent(ctx context.Context, tx sqlRunner, orderNo string, at time.Time) error {

@@ -15,7 +15,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
 
-// Section (j), issue 18: the database work per request, against the
+// Section (j): the database work per request, against the
 // minimal deduplicating transaction. A Galera cluster replicates every
 // write to every node, so instances scale out and the database does not:
 // what a request costs the server (statements, commits, redo log writes
@@ -26,14 +26,15 @@ import (
 //	           commit), and two controls, BEGIN; 3 or 7 × INSERT key;
 //	           COMMIT: a first order's and a first callback's number of
 //	           statements, each of the cheapest kind
-//	callbacks  raw, committed claim (the engine before issue 18), raw, one
-//	           commit (the engine now), and the service over HTTP
+//	callbacks  raw, committed claim (the alternative design of
+//	           docs/DESIGN.md), raw, one commit (the engine's design), and
+//	           the service over HTTP
 //	orders     the same three
 //
 // Around each cell's measured window the server's global counters are
 // read, and their deltas divided by the operations measured.
 
-// Targets of issue 18: throughput as a share of the minimal transaction's.
+// Targets: throughput as a share of the minimal transaction's.
 const (
 	DBWorkCallbacksTarget = 0.50
 	DBWorkOrdersTarget    = 0.60
@@ -267,7 +268,7 @@ func minOp(raw *sql.DB, inserts int) opFunc {
 	}
 }
 
-// oneCommitCallbackOp is a callback as the service sends it since issue 18:
+// oneCommitCallbackOp is a callback as the service sends it:
 // a first delivery is [START TRANSACTION; claim], payment INSERT, order
 // UPDATE, SELECT of the row, ledger INSERT, event INSERT, fence, COMMIT:
 // 8 round trips (9 statements) and 1 commit instead of 9 and 2. A

@@ -17,9 +17,9 @@ import (
 	"github.com/paysvc/paysvc/internal/precheck"
 )
 
-// The duplicate storm (f): POST /v1/orders where each key arrives dup
+// The duplicate storm (i): POST /v1/orders where each key arrives dup
 // times in a burst (a double-clicking checkout, a retrying client), with
-// and without the Redis pre-check of CONTRACT §14, at several duplicate
+// and without the Redis pre-check, at several duplicate
 // factors. Each cell runs twice: once straight to the database for
 // throughput and latency, once (a quarter of the keys) through the
 // recording proxy of the round-trip check to count the commands (round

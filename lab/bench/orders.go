@@ -26,8 +26,8 @@ func newOrderRequest(m *mix[orderRequest]) orderRequest {
 	return orderRequest{key: uuidV4(m.r), merchantOrderNo: mon, body: orderRequestBody(mon)}
 }
 
-// rawOrderOp issues what paysvc issued for a create before issue 18 (a
-// committed claim, section j): claim; BEGIN, order INSERT, fence, COMMIT
+// rawOrderOp issues a create in the committed-claim design (section j):
+// claim; BEGIN, order INSERT, fence, COMMIT
 // (5 round trips); a repeat: claim → 1062, SELECT.
 func rawOrderOp(raw *sql.DB, codec *idempotency.Codec) opFunc {
 	m := newMix[orderRequest]()

@@ -22,7 +22,7 @@ import (
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
-// Targets of the outbox (issue 12): callbacks keep at least 0.90 of their
+// Targets of the outbox: callbacks keep at least 0.90 of their
 // throughput without it, and the relay delivers at least 1,000 events/s
 // to a receiver that answers at once.
 const (

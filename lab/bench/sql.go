@@ -55,12 +55,13 @@ const (
 const sqlInsertEvent = `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
 	`(?, ?, ?, ?, ?, ?, ?)`
 
-// The two batches of the one-commit engine (internal/idempotency,
-// "Batches"): the claim opens the business transaction in the same round
-// trip, and a duplicate's claim (1062 inside the transaction) is followed
-// by one query that ends the transaction and reads the record
-// (go-sql-driver skips the ROLLBACK's empty result). TestSQLMatchesService
-// checks that the engine joins the same constants the same way.
+// The two batches of the one-commit engine (docs/DESIGN.md, "Batches
+// only where nothing can be aborted in between"): the claim opens the
+// business transaction in the same round trip, and a duplicate's claim (1062
+// inside the transaction) is followed by one query that ends the transaction
+// and reads the record (go-sql-driver skips the ROLLBACK's empty result).
+// TestSQLMatchesService checks that the engine joins the same constants the
+// same way.
 const (
 	sqlBeginClaim   = "START TRANSACTION; " + sqlClaim
 	sqlRollbackLoad = "ROLLBACK; " + sqlLoad

@@ -218,7 +218,8 @@ func (s *cbService) do(ctx context.Context, method, path string, header http.Hea
 		a.Result = r.Result
 	}
 	// A 503 is an answer the client acts on (it retries after
-	// Retry-After, CONTRACT §9); any other 5xx is a failure of the test.
+	// Retry-After, README.md, "Overload and failure"); any other 5xx is a
+	// failure of the test.
 	if a.Status >= 500 && a.Status != http.StatusServiceUnavailable {
 		return a, fmt.Errorf("%s %s: server error %v", method, path, a)
 	}

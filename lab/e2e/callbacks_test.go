@@ -1,6 +1,7 @@
 package e2e
 
-// Provider callbacks and refunds (CONTRACT §3, §5, §6, §1 reconcile), driven
+// Provider callbacks and refunds (README.md, "Orders and refunds",
+// "Provider callbacks" and `paysvc reconcile` of "Commands"), driven
 // through the real HTTP stack against a real database. Every test asserts
 // what the database holds afterwards and ends with reconcile, not only what
 // the clients were told.
@@ -270,10 +271,10 @@ type cbWantOrder struct {
 	Refunded, Pending int64
 }
 
-// TestCallbackResults: every result and status of CONTRACT §5, each on its
-// own order, with what the database holds afterwards; every stored answer
-// is then replayed byte for byte, under the same and under a new
-// webhook-id.
+// TestCallbackResults: every result and status of README.md, "Provider
+// callbacks", each on its own order, with what the database holds afterwards;
+// every stored answer is then replayed byte for byte, under the same and
+// under a new webhook-id.
 func TestCallbackResults(t *testing.T) {
 	t.Parallel()
 	const amount = 1000
@@ -802,7 +803,7 @@ func cbEventKeyOf(body []byte) (typ, txn string) {
 	return ev.Type, ev.Data.TxnID
 }
 
-// TestRefundEndpoint: POST /v1/orders/{order_no}/refunds (CONTRACT §3).
+// TestRefundEndpoint: POST /v1/orders/{order_no}/refunds (README.md, "Orders and refunds").
 func TestRefundEndpoint(t *testing.T) {
 	t.Parallel()
 	const otherKey = "key-globex-9876543210"
@@ -1186,9 +1187,9 @@ func TestReconcileFindsCorruption(t *testing.T) {
 			return nil
 		}},
 		{check: "automatic refund failed", state: paid, corrupt: func(t *testing.T, f fixture) []string {
-			// An extra payment's automatic refund (CONTRACT §11) that the
-			// provider refused for good: the customer's money is still
-			// taken, and nothing will return it by itself.
+			// An extra payment's automatic refund (README.md, "Calls to
+			// providers") that the provider refused for good: the customer's
+			// money is still taken, and nothing will return it by itself.
 			exec(t, `INSERT INTO provider_calls (id, provider, idem_key, refund_no, order_no, kind, payment_txn_id,
 			                                     amount, currency, status, created_at, updated_at)
 			         VALUES ('pc_rec_refused', ?, 'auto:mockpay:txn-rec-extra', 'rfd_rec_auto', ?, 1, 'txn-rec-extra',
@@ -1400,7 +1401,8 @@ func reconcileCheckNames(t *testing.T) []string {
 	return names
 }
 
-// TestInterleavings (CONTRACT §6): 100 orders of 1000, none paid yet, each
+// TestInterleavings (README.md, "Orders and refunds": the state machine
+// alone decides): 100 orders of 1000, none paid yet, each
 // with a random plan mixing a cancel, payment.succeeded of a transaction A
 // (delivered 1–4 times at once, sometimes again later), sometimes a second
 // transaction B, sometimes payment.failed, refunds of random amounts, and
@@ -1953,7 +1955,7 @@ type ilRaceOutcome struct {
 // the service), and is not sent for a refund that was refused. It also
 // waits for the early delivery of the same event, if any: the early one
 // names a made-up refund_no, so racing it would be two different data
-// under one key, a 422 by design (CONTRACT §5), while a real provider's
+// under one key, a 422 by design (README.md, "Provider callbacks"), while a real provider's
 // early and later deliveries carry the same data.
 func (r *ilRun) orderRace(o cbOrder, plan []ilStep) ilRaceOutcome {
 	s := r.s

@@ -65,7 +65,8 @@ func TestCrashConnectionKilled(t *testing.T) {
 	default:
 		t.Fatalf("the kill hook never ran")
 	}
-	// A lost connection is the database's fault, not a bug (CONTRACT §9).
+	// A lost connection is the database's fault, not a bug (README.md,
+	// "Overload and failure").
 	if first.Status != http.StatusServiceUnavailable || first.Code != "unavailable" || first.RetryAfter == "" {
 		t.Fatalf("request whose connection was killed: %v (Retry-After %q), want 503 unavailable with Retry-After", first, first.RetryAfter)
 	}

@@ -1,7 +1,8 @@
 package e2e
 
-// The events API (CONTRACT §10): paging, scoping, validation, redelivery,
-// and the relay running inside serve, delivering to a receiver.
+// The events API (README.md, "Events and notifications"; api/openapi.yaml):
+// paging, scoping, validation, redelivery, and the relay running inside
+// serve, delivering to a receiver.
 
 import (
 	"context"
@@ -157,7 +158,7 @@ func TestEventsAPI(t *testing.T) {
 
 // TestServeDeliversEvents: serve runs the relay. An order paid through the
 // API reaches the merchant's endpoint as order.paid, signed, and the
-// §10 metrics count it.
+// outbox's metrics count it.
 func TestServeDeliversEvents(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

@@ -1,9 +1,9 @@
 package e2e
 
-// Tests of the transactional outbox's writing side (CONTRACT §10): every
-// change writes exactly one event per type it makes, in its transaction;
-// replays, refusals and rolled-back changes write none. Counted in the
-// database, and data.order compared with what GET answered.
+// Tests of the transactional outbox's writing side (README.md, "Events and
+// notifications"): every change writes exactly one event per type it makes,
+// in its transaction; replays, refusals and rolled-back changes write none.
+// Counted in the database, and data.order compared with what GET answered.
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func evTypes(rows []evRow) string {
 	return strings.Join(types, ",")
 }
 
-// TestEventsFollowChanges walks an order through every change of §10 and,
+// TestEventsFollowChanges walks an order through every change that writes an event and,
 // after each request, checks the events it added: exactly the change's,
 // none for a replay or a refusal, with data.order equal to the order GET
 // returns right after.

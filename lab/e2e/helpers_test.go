@@ -169,9 +169,10 @@ func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, 
 }
 
 // retryAfter checks the Retry-After of a 409 in use or a 503 (whole
-// seconds, CONTRACT §4 and §9) and returns how long a well-behaved client
-// waits: what the header says, plus up to a tenth of a second of jitter so
-// that the clients of a storm do not all come back in the same instant.
+// seconds: README.md, "Idempotency in short" and "Overload and failure") and
+// returns how long a well-behaved client waits: what the header says, plus up
+// to a tenth of a second of jitter so that the clients of a storm do not all
+// come back in the same instant.
 func retryAfter(a answer) (time.Duration, error) {
 	secs, err := strconv.Atoi(a.RetryAfter)
 	if err != nil || secs < 1 {
@@ -181,8 +182,9 @@ func retryAfter(a answer) (time.Duration, error) {
 }
 
 // retryOn500 makes createUntilFinal retry 500 answers too, as a client
-// must after a fault: a 5xx stores nothing final (CONTRACT §4). Without it
-// a 500 is a final answer, which the storm tests then refuse.
+// must after a fault: a 5xx stores nothing final (README.md, "Idempotency in
+// short"). Without it a 500 is a final answer, which the storm tests then
+// refuse.
 const retryOn500 = true
 
 // finalWithin is how long a client keeps retrying before it gives up: far

@@ -225,14 +225,15 @@ func waitLockWaits(ctx context.Context, t *testing.T, d *dbtest.DB, n int64) {
 
 // TestInFlightWaitEndsIn409: in wait mode a duplicate of a callback still
 // running is answered 409 idempotency_key_in_use when its wait runs out
-// (CONTRACT §4), never 503, even when PAYSVC_IN_FLIGHT_WAIT is set close to
-// PAYSVC_REQUEST_TIMEOUT. Each poll of a waiting duplicate may wait up to
-// the lock wait timeout (1 s) on the holder's uncommitted claim; the engine
-// stops polling when the request's deadline cannot hold one more, instead
-// of having its last poll cut by the deadline (a 503 before: 2.5 s of wait
-// under a 3 s timeout answered 503 after 3.002 s). The holder runs on
-// another instance with the default timeout, held before its COMMIT for
-// longer than the duplicate's whole request.
+// (README.md, "Idempotency in short"), never 503, even when
+// PAYSVC_IN_FLIGHT_WAIT is set close to PAYSVC_REQUEST_TIMEOUT. Each poll of
+// a waiting duplicate may wait up to the lock wait timeout (1 s) on the
+// holder's uncommitted claim; the engine stops polling when the request's
+// deadline cannot hold one more, instead of having its last poll cut by the
+// deadline (a 503 before: 2.5 s of wait under a 3 s timeout answered 503
+// after 3.002 s). The holder runs on another instance with the default
+// timeout, held before its COMMIT for longer than the duplicate's whole
+// request.
 func TestInFlightWaitEndsIn409(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Load(func(name string) string {

@@ -52,7 +52,7 @@ func metricValue(t *testing.T, a *app.App, name string, labels map[string]string
 
 // TestMetricsMoveWithEachOutcome makes one request of every idempotency
 // outcome, a callback of several results and a purge, and checks that each
-// counter of CONTRACT §8 moved by exactly what was done.
+// counter of README.md's "Metrics" moved by exactly what was done.
 func TestMetricsMoveWithEachOutcome(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

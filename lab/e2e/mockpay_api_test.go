@@ -13,11 +13,11 @@ import (
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
-// TestMockpayAPI: paysvc against mockpay's provider API (CONTRACT §11): a
-// merchant refund and the automatic refund of a duplicate payment are
-// asked of mockpay, which answers each key once and sends the refund
-// callbacks; the refund settles, the duplicate is returned, and mockpay
-// refuses a key reused with another body (422).
+// TestMockpayAPI: paysvc against mockpay's provider API (README.md, "Calls to
+// providers"): a merchant refund and the automatic refund of a duplicate
+// payment are asked of mockpay, which answers each key once and sends the
+// refund callbacks; the refund settles, the duplicate is returned, and
+// mockpay refuses a key reused with another body (422).
 func TestMockpayAPI(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)

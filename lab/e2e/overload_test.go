@@ -1,9 +1,9 @@
 package e2e
 
-// Overload and database faults (CONTRACT §9): every request is answered
-// 201, 409 in use or 503 unavailable within the request timeout plus about
-// a second, never 500 and never not at all; afterwards every key retried
-// by a well-behaved client ends with exactly one order.
+// Overload and database faults (README.md, "Overload and failure"): every
+// request is answered 201, 409 in use or 503 unavailable within the request
+// timeout plus about a second, never 500 and never not at all; afterwards
+// every key retried by a well-behaved client ends with exactly one order.
 //
 // The time bound is measured around the service's handler, not at the
 // client: under the race detector on a busy machine the test's own
@@ -152,7 +152,7 @@ func holdFor(d time.Duration, prefix string) func(ctx context.Context, req idemp
 	}
 }
 
-// checkTransient checks a non-final answer of §4/§9: 409 in use or 503
+// checkTransient checks a non-final answer: 409 in use or 503
 // unavailable, each with a whole-seconds Retry-After of at least 1.
 func checkTransient(a answer) error {
 	switch {
@@ -242,7 +242,7 @@ func TestOverloadAnswersEveryRequest(t *testing.T) {
 		keys    = 300
 		copies  = 2
 		timeout = 3 * time.Second
-		bound   = timeout + time.Second // CONTRACT §9: the timeout plus about a second
+		bound   = timeout + time.Second // the timeout plus about a second
 		// hold: each execution keeps its connection this long, so the 300
 		// keys need at least 15 s of the two connections, five times the
 		// timeout: many requests cannot get one in time, however the

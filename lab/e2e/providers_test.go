@@ -16,7 +16,7 @@ import (
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
-// fakeProvider is a provider API on loopback (CONTRACT §11) that records
+// fakeProvider is a provider API on loopback (README.md, "Calls to providers") that records
 // every call. answer decides the status of the n-th call (from 1) with a
 // key; a 200 answers the same refund for the same key.
 type fakeProvider struct {
@@ -364,7 +364,7 @@ func TestAutomaticRefunds(t *testing.T) {
 // refund for good on the call's last attempt while another transaction
 // holds the order's row a little longer than a lock wait (1 s), as a
 // request on the same order can under load. The refusal still fails the
-// refund and releases its reservation (CONTRACT §11.1): the provider's
+// refund and releases its reservation (README.md, "Calls to providers"): the provider's
 // answer is final, and a lock wait on our side must not turn it into a
 // refund left PENDING with its call failed.
 func TestRefusalFailsTheRefundDespiteALockedOrder(t *testing.T) {

@@ -11,14 +11,14 @@ import (
 )
 
 // TestRoundTripsPerRequest keeps the statement counts quoted in comments
-// and in doc.go true. With a pool of one connection, every statement of a
+// and in docs true. With a pool of one connection, every statement of a
 // request goes over the same session, and the server's session counter of
 // statements ("Questions", which counts START TRANSACTION and COMMIT too,
 // and each statement of a batch) tells how many statements the request
 // cost. The round trips, one fewer since the claim travels with its START
-// TRANSACTION (internal/idempotency, "Batches"), are in the comments; what
-// the server receives packet by packet is printed by lab/cmd/bench's section
-// (t), through a recording proxy.
+// TRANSACTION (docs/DESIGN.md, "Batches only where nothing can be aborted in
+// between"), are in the comments; what the server receives packet by packet
+// is printed by lab/cmd/bench's section (t), through a recording proxy.
 func TestRoundTripsPerRequest(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -71,7 +71,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"get order", 1, func() { must(http.StatusOK)(s.merchant(ctx, "GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
 		// [START TRANSACTION; claim], payment INSERT, order UPDATE, the
 		// read of the order it left (Transition.ApplyAndGet), ledger
-		// INSERT, the order.paid INSERT (the outbox, CONTRACT §10), fence,
+		// INSERT, the order.paid INSERT (the outbox), fence,
 		// COMMIT: 9 statements in 8 round trips
 		{"payment callback, first", 9, func() {
 			must(http.StatusOK)(s.deliver(ctx, s.deliveryID(), cbPaid(cbOrder{OrderNo: orderNoOf(t, created), Amount: 1000, Currency: "EUR"}, "rt-txn").body()))

@@ -25,7 +25,7 @@ func TestStorm(t *testing.T) {
 	const copies = 8 // identical concurrent requests per key
 	// Both modes run at once, as they do under go test ./...: 3,200
 	// clients on two cores, under the race detector.
-	// The Redis pre-check (CONTRACT §14) must end the storm the same way:
+	// The Redis pre-check must end the storm the same way:
 	// reject mode is where it answers most (replays and 409s). Fewer keys,
 	// so that the third storm does not push the other two past their
 	// request timeouts on two cores.

@@ -17,8 +17,8 @@ import (
 )
 
 // The stripe adapter through the real route, POST /v1/callbacks/stripe
-// (CONTRACT §13): Stripe's envelope and Stripe-Signature in, the §5 use
-// case behind, every exchange checked against api/openapi.yaml by
+// (README.md, "Stripe"): Stripe's envelope and Stripe-Signature in, the
+// callbacks use case behind, every exchange checked against api/openapi.yaml by
 // TestMain. The adapter's own tests (internal/providers/stripe) cover the
 // mapping and the signature cases one by one; this one proves the wiring.
 

@@ -232,7 +232,7 @@ func TestSweepRace(t *testing.T) {
 // one order (a double submit at the provider) and both callbacks were
 // lost. The sweep applies the first and must record the second too, as
 // its callback would have been (duplicate_payment, refunded automatically
-// through the provider API, CONTRACT §11.2): otherwise paysvc never learns
+// through the provider API, README.md, "Calls to providers"): otherwise paysvc never learns
 // of money it took, nobody refunds it, and reconcile is clean.
 func TestSweepRecordsEveryPaymentFound(t *testing.T) {
 	t.Parallel()

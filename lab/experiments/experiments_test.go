@@ -166,9 +166,10 @@ func TestClaimStyles(t *testing.T) {
 	if r.GormTrapDisabled != 0 {
 		t.Errorf("gorm OnConflict DoNothing with DisableWithReturning: RowsAffected %d for an existing key, want 0", r.GormTrapDisabled)
 	}
-	// FACTS.md: on MariaDB gorm appends RETURNING and reports 1 for an
-	// existing row; MySQL has no RETURNING and reports 0. If this fails,
-	// gorm changed; update docs/EXPERIMENTS.md and FACTS.md.
+	// On MariaDB gorm appends RETURNING and reports 1 for an existing row;
+	// MySQL has no RETURNING and reports 0. If this fails, gorm changed;
+	// update docs/EXPERIMENTS.md and docs/DESIGN.md ("A plain INSERT
+	// claims the key").
 	if r.Server.Version == "" {
 		t.Fatal("the server was not identified")
 	}

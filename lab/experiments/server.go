@@ -37,7 +37,7 @@ func detectServer(ctx context.Context, q interface {
 // GormTrapWant is the RowsAffected that gorm's
 // Clauses(clause.OnConflict{DoNothing: true}).Create reports for a key
 // that already exists, with the driver's default dialect: on MariaDB gorm
-// appends RETURNING and counts the returned row, 1 (the trap of FACTS.md);
+// appends RETURNING and counts the returned row, 1 (docs/EXPERIMENTS.md, 4);
 // on MySQL the statement is INSERT … ON DUPLICATE KEY UPDATE k = k, which
 // reports 0 for an unchanged row without clientFoundRows.
 func GormTrapWant(mariaDB bool) int64 {

@@ -125,7 +125,7 @@ func postCreate(ctx context.Context, c *http.Client, baseURL, key string, body [
 
 // createUntilFinal is a well-behaved client: it retries while the key is
 // in use (409 idempotency_key_in_use, after its Retry-After, capped) and
-// after a 5xx (a 5xx stores nothing final, CONTRACT §4), up to
+// after a 5xx (a 5xx stores nothing final: README.md, "Idempotency in short"), up to
 // keyDeadline. It returns the final answer and every answer seen, the final
 // one last. A transport error ends it: no test here expects one from a
 // live process.

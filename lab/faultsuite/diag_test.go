@@ -16,9 +16,9 @@ import (
 // releaseFailedMsg is the engine's log line for a claim it could not free.
 const releaseFailedMsg = "release idempotency claim failed; key stays in flight until its lease ends"
 
-// unavailableMsg is the service's log line for a 503 (CONTRACT §9): the
-// database could not do the request's work in time. Under the suite's
-// load that is the contract's answer to overload, not a failure.
+// unavailableMsg is the service's log line for a 503 (README.md, "Overload
+// and failure"): the database could not do the request's work in time. Under
+// the suite's load that is the contract's answer to overload, not a failure.
 const unavailableMsg = "request answered unavailable"
 
 // isConnLimit reports MariaDB's "1040 Too many connections".
@@ -59,7 +59,7 @@ type logVerdict struct {
 	panics         []string // panics, recovered or not: never explained (also in failures)
 	failedReleases int      // releaseFailedMsg lines, whatever their cause
 	connLimited    int      // lines explained by 1040 Too many connections
-	unavailable    int      // 503s the service explained (overload, CONTRACT §9)
+	unavailable    int      // 503s the service explained (overload)
 }
 
 // serverFailures reads a serve process's output (JSON slog lines, and

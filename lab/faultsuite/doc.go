@@ -38,14 +38,14 @@
 // with requests in flight whose outcome the client cannot know. A second
 // process starts on the same database and the client retries every key
 // (same key, same body) until it gets a 201. Proves the crash story of
-// CONTRACT §4 end to end: whatever the dead process had done (nothing, a
-// committed claim whose transaction died with the connection, or a
-// committed order whose answer was lost), the retry yields exactly one
-// order per key; a key answered before the crash replays the very same
-// bytes; a key that never reached the dead process is executed fresh; a
-// claim the dead process left PROCESSING answers 409 until its lease ends
-// and is then taken over (counted from the new process's /metrics), never
-// more take-overs than requests that were in flight; reconcile is clean.
+// README.md's "Idempotency in short" end to end: whatever the dead process
+// had done (nothing, a committed claim whose transaction died with the
+// connection, or a committed order whose answer was lost), the retry yields
+// exactly one order per key; a key answered before the crash replays the very
+// same bytes; a key that never reached the dead process is executed fresh; a
+// claim the dead process left PROCESSING answers 409 until its lease ends and
+// is then taken over (counted from the new process's /metrics), never more
+// take-overs than requests that were in flight; reconcile is clean.
 //
 // # TestDBConnectionKilled
 //
@@ -70,14 +70,14 @@
 // Three serve processes relay one events table (600 pending events) to a
 // receiver that takes 100 ms per delivery; one is SIGKILLed once a third
 // of the deliveries have arrived, with its claimed events in flight.
-// Proves the outbox's crash story (CONTRACT §10): the dead relay's claims
-// come due when their lease ends (PAYSVC_NOTIFY_TIMEOUT=2s + the 10 s
-// margin) and the others deliver them: every event reaches the receiver
-// (a repeat is allowed, at-least-once; a gap is not), no two attempts of
-// one event overlap at the receiver, and every event ends delivered. The
-// log says how many repeats the kill caused (the attempts in flight whose
-// outcome the dead relay never recorded). About 14 s, most of it the
-// lease running out.
+// Proves the outbox's crash story (README.md, "Events and notifications"):
+// the dead relay's claims come due when their lease ends
+// (PAYSVC_NOTIFY_TIMEOUT=2s + the 10 s margin) and the others deliver them:
+// every event reaches the receiver (a repeat is allowed, at-least-once; a gap
+// is not), no two attempts of one event overlap at the receiver, and every
+// event ends delivered. The log says how many repeats the kill caused (the
+// attempts in flight whose outcome the dead relay never recorded). About 14
+// s, most of it the lease running out.
 //
 // # Running one after the other, not in parallel
 //

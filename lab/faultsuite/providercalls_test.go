@@ -16,11 +16,11 @@ import (
 )
 
 // TestProviderCallsSIGKILL: three serve processes make one table of
-// provider refunds (CONTRACT §11); one is SIGKILLed while its calls are in
-// flight. Every refund reaches the provider under exactly one key, its
-// own, however often it is repeated (at-least-once: a repeat with the same
-// key is allowed, another key never), no two calls of one refund overlap,
-// and every call ends done.
+// provider refunds (README.md, "Calls to providers"); one is SIGKILLed while
+// its calls are in flight. Every refund reaches the provider under exactly
+// one key, its own, however often it is repeated (at-least-once: a repeat
+// with the same key is allowed, another key never), no two calls of one
+// refund overlap, and every call ends done.
 func TestProviderCallsSIGKILL(t *testing.T) {
 	const n = 300
 	d := dbtest.New(t)

@@ -43,7 +43,7 @@ func (a answer) String() string {
 }
 
 // retry reports an answer a well-behaved client retries: 409 in flight and
-// 503 unavailable (CONTRACT §4, §9).
+// 503 unavailable (README.md, "Idempotency in short" and "Overload and failure").
 func (a answer) retry() bool {
 	return (a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use") || a.Status == http.StatusServiceUnavailable
 }

@@ -1,5 +1,6 @@
 // Package galerasuite runs paysvc on a three-node MariaDB Galera cluster
-// and checks that every promise of CONTRACT §4, §5 and §9 holds under
+// and checks that every promise of README.md's "Idempotency in short",
+// "Provider callbacks" and "Overload and failure" holds under
 // multi-primary writes and node loss. It holds no production code.
 //
 // TestMain builds the real binary (as package faultsuite does: -race

@@ -14,12 +14,13 @@ import (
 )
 
 // answerLimit bounds how long any answer may take: the request timeout
-// (PAYSVC_REQUEST_TIMEOUT, 10 s by default) plus a second (CONTRACT §9) and
-// a second of slack for a loaded 2-core machine.
+// (PAYSVC_REQUEST_TIMEOUT, 10 s by default) plus a second (README.md,
+// "Overload and failure") and a second of slack for a loaded 2-core machine.
 const answerLimit = 12 * time.Second
 
 // TestGaleraGuarantees: three serve processes, one per node, and the
-// promises of CONTRACT §4, §5 and §9 under multi-primary writes. See the
+// promises of README.md's "Idempotency in short", "Provider callbacks" and
+// "Overload and failure" under multi-primary writes. See the
 // package documentation.
 func TestGaleraGuarantees(t *testing.T) {
 	c := newCluster(t)

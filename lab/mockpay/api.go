@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// API is the generic provider API of CONTRACT §11, as mockpay serves it:
+// API is the generic provider API (README.md, "Calls to providers"), as mockpay serves it:
 //
 //   - POST /v1/refunds, idempotent by Idempotency-Key: the same key with
 //     the same body answers the same refund; another body is 422. A new

@@ -11,8 +11,8 @@ import (
 
 // LostConfig is the lost-callbacks phase of the tour: orders paid at the
 // provider whose payment.succeeded callback is dropped (DropRate of them),
-// recovered by paysvc's sweep through the status query (CONTRACT §12); the
-// dropped callbacks are then delivered late and must replay.
+// recovered by paysvc's sweep through the status query (README.md, "Calls to
+// providers"); the dropped callbacks are then delivered late and must replay.
 type LostConfig struct {
 	BaseURL, APIKey string
 	API             *API

@@ -40,8 +40,8 @@ import (
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
-// Event types, as paysvc reads them (CONTRACT §5). They equal the constants
-// of package payments; a test keeps them so.
+// Event types, as paysvc reads them (README.md, "Provider callbacks"). They
+// equal the constants of package payments; a test keeps them so.
 const (
 	TypePaymentSucceeded = "payment.succeeded"
 	TypePaymentFailed    = "payment.failed"

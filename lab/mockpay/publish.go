@@ -12,10 +12,11 @@ import (
 	"github.com/paysvc/paysvc/internal/natsintake"
 )
 
-// Publisher publishes signed events to paysvc's JetStream intake (CONTRACT
-// §15): subject paysvc.callbacks.<provider>, the webhook-* headers as NATS
-// headers, the callback body as data — what a platform's internal broker
-// carries instead of an HTTP POST.
+// Publisher publishes signed events to paysvc's JetStream intake (README.md,
+// "Provider events through NATS JetStream"): subject
+// paysvc.callbacks.<provider>, the webhook-* headers as NATS headers, the
+// callback body as data — what a platform's internal broker carries instead
+// of an HTTP POST.
 type Publisher struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream

@@ -16,13 +16,13 @@ import (
 )
 
 // Receiver plays a merchant's webhook endpoint for paysvc's notifications
-// (CONTRACT §10), as a careful merchant writes one: it verifies the
-// Standard Webhooks signature, and it dedups by webhook-id, because
-// delivery is at-least-once. To show paysvc's retries it misbehaves on
-// purpose: it refuses some first attempts (503, nothing processed), and
-// for some it processes the event but loses the answer (500 after the
-// work, as when a receiver times out after committing), so that paysvc
-// sends the event again and the receiver drops the duplicate.
+// (README.md, "Events and notifications"), as a careful merchant writes one:
+// it verifies the Standard Webhooks signature, and it dedups by webhook-id,
+// because delivery is at-least-once. To show paysvc's retries it misbehaves
+// on purpose: it refuses some first attempts (503, nothing processed), and
+// for some it processes the event but loses the answer (500 after the work,
+// as when a receiver times out after committing), so that paysvc sends the
+// event again and the receiver drops the duplicate.
 type Receiver struct {
 	verifier *webhooks.Verifier
 	// RefuseRate and LoseAnswerRate apply to the first attempt of an

@@ -18,12 +18,12 @@ import (
 )
 
 // fakePaysvc is an in-memory stand-in for paysvc, enough of the contract
-// (CONTRACT §3–5) for the scenario: merchant API with Idempotency-Key
-// replay, signed callbacks with derived keys, 409 for in-flight duplicates,
-// the order state machine and refund reservations. It also fails some
-// requests with 500 and answers /readyz 503 at first, so the clients'
-// retries are exercised. bug breaks one rule, to prove the scenario's
-// checks catch it.
+// (README.md, from "Idempotency in short" to "Provider callbacks") for the
+// scenario: merchant API with Idempotency-Key replay, signed callbacks with
+// derived keys, 409 for in-flight duplicates, the order state machine and
+// refund reservations. It also fails some requests with 500 and answers
+// /readyz 503 at first, so the clients' retries are exercised. bug breaks one
+// rule, to prove the scenario's checks catch it.
 type fakePaysvc struct {
 	t        *testing.T
 	verifier *webhooks.Verifier

@@ -203,7 +203,7 @@ func (e *env) consume(o natsintake.Options) (*recorder, func()) {
 	return rec, stop
 }
 
-// event is a callback body of CONTRACT §5.
+// event is a callback body (README.md, "Provider callbacks").
 type event struct {
 	Type     string
 	OrderNo  string
