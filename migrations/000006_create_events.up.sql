@@ -1,6 +1,6 @@
--- Events (CONTRACT §10): the transactional outbox. An event row is written
--- in the transaction of the change it reports, so it exists if and only if
--- the change committed. Its delivery to the merchant's endpoint is tracked
+-- Events (README.md, "Events and notifications"): the transactional
+-- outbox. An event row is written in the transaction of the change it
+-- reports, so it exists if and only if the change committed. Its delivery to the merchant's endpoint is tracked
 -- on the same row, and every attempt is kept in event_attempts.
 --
 -- This file holds two statements, the only one that does: one migration

@@ -1,6 +1,6 @@
--- Daily settlements (CONTRACT §15): per merchant, UTC day and currency, what
--- the ledger booked that day — applied payments and settled refunds, counts
--- and sums — and the net. Written by `paysvc settle --date D`.
+-- Daily settlements (README.md, "Daily settlement"): per merchant, UTC day
+-- and currency, what the ledger booked that day — applied payments and
+-- settled refunds, counts and sums — and the net. Written by `paysvc settle --date D`.
 --
 -- The primary key (merchant_id, settle_date, currency) is the job's
 -- backstop: however often and however concurrently the job runs, a row is

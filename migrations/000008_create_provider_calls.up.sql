@@ -1,7 +1,7 @@
--- Calls to providers (CONTRACT §11): a refund asked of the provider is a
--- row here, written in the transaction that decides it (a merchant's
--- refund), and attempted by a relay outside any transaction, at least
--- once, with backoff — the outbox of §10 pointed at the provider.
+-- Calls to providers (README.md, "Calls to providers"): a refund asked of
+-- the provider is a row here, written in the transaction that decides it
+-- (a merchant's refund), and attempted by a relay outside any transaction,
+-- at least once, with backoff — the events' outbox pointed at the provider.
 --
 -- (provider, idem_key) is unique: the Idempotency-Key sent with every
 -- attempt is the row's, so however often the row is attempted the
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS provider_calls (
   KEY idx_provider_calls_due (next_attempt_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- Order expiry (CONTRACT §12): NULL when PAYSVC_ORDER_TTL=0 at creation.
+-- Order expiry (the sweep of README.md, "Calls to providers"): NULL when
+-- PAYSVC_ORDER_TTL=0 at creation.
 -- One ALTER, so that it happens whole or not at all; it comes last, and
 -- the CREATE above is IF NOT EXISTS, so an interrupted run can be redone.
 ALTER TABLE orders ADD COLUMN expires_at DATETIME(6) NULL, ADD KEY idx_orders_expiry (status, expires_at);

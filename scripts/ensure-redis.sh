@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a Redis answers on 127.0.0.1:6379 (the optional pre-check of
-# CONTRACT §14, PAYSVC_REDIS_URL=redis://127.0.0.1:6379/0) and that
+# README.md, PAYSVC_REDIS_URL=redis://127.0.0.1:6379/0) and that
 # redis-server is installed: the tests of internal/precheck start their own
 # on free ports, to flush, pause and kill them. Starts one if none answers
 # (nothing kept on disk); installs it with apt-get if it is missing.
