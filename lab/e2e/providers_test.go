@@ -270,7 +270,8 @@ func TestProviderRefundsManyRelays(t *testing.T) {
 }
 
 // TestNoProviderAPI: without PAYSVC_PROVIDER_API nothing is called and a
-// refund waits for the provider's callback (v1).
+// refund waits for the provider's callback (README.md, "Calls to
+// providers").
 func TestNoProviderAPI(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
