@@ -195,7 +195,9 @@ type OutboundConfig struct {
 	Provider string
 	URL      string
 	APIKey   string
-	// Client makes the calls; it carries the timeout.
+	// Client makes the calls; it carries the timeout. Build passes it
+	// through Client (no redirects, bounded answers); an adapter built
+	// otherwise must do the same.
 	Client *http.Client
 }
 
@@ -250,10 +252,7 @@ func Build(c Config) (*Registry, error) {
 		}
 		r.inbound[p] = in
 	}
-	client := c.Client
-	if client == nil {
-		client = &http.Client{Timeout: DefaultTimeout}
-	}
+	client := Client(c.Client)
 	for p, api := range c.APIs {
 		k := kind(p)
 		if k.NewOutbound == nil {
@@ -267,10 +266,6 @@ func Build(c Config) (*Registry, error) {
 	}
 	return r, nil
 }
-
-// DefaultTimeout bounds one call to a provider API: an answer not there by
-// then is a retryable failure.
-const DefaultTimeout = 15 * time.Second
 
 // NewRegistry builds a registry from adapters already made (tests).
 func NewRegistry(inbound map[string]Inbound, outbound map[string]Outbound) *Registry {
