@@ -177,6 +177,9 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 	return jobs, nil
 }
 
+// maxErrorLen is the width of provider_calls.last_error.
+const maxErrorLen = 255
+
 // Finish records outcomes, each only where the token still holds the row.
 // A row a permanent refusal already failed (see Deliverer) stays failed.
 func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error) {
@@ -194,7 +197,8 @@ func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error
 			}
 			msg := ""
 			if o.Attempt.Err != nil {
-				msg = truncate(o.Attempt.Err.Error(), 255)
+				// A provider's own text: stored as the column holds it.
+				msg = db.Varchar(o.Attempt.Err.Error(), maxErrorLen)
 			}
 			n, err := db.Exec(ctx, tx, `UPDATE provider_calls
 				SET status = CASE WHEN status = ? THEN ? ELSE status END, next_attempt_at = ?, claim = NULL, retries = ?,
@@ -302,15 +306,4 @@ func (d *Deliverer) fail(ctx context.Context, c Call) error {
 		_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET status = ? WHERE id = ?`, StatusFailed, c.ID)
 		return err
 	})
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

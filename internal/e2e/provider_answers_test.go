@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
@@ -180,4 +182,69 @@ func TestProviderAnswerIsBounded(t *testing.T) {
 	if attempts != 2 {
 		t.Errorf("%d attempts, want 2", attempts)
 	}
+}
+
+// TestProviderErrorInLatin1: six refunds are called at once; the provider
+// accepts five and answers the sixth 503 with a Latin-1 body ("Service
+// indisponible: \xe9chec"). Every outcome is recorded: the five accepted
+// calls are done after one POST each, and the sixth is retried on its
+// schedule with the text stored as valid UTF-8 — where the one byte once
+// failed the batch's transaction, so that the five were POSTed again after
+// their lease and the sixth was attempted every lease with no retry used.
+func TestProviderErrorInLatin1(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	var failing atomic.Value // the refund_no answered in Latin-1
+	failing.Store("")
+	f := newFakeProvider(t, nil)
+	front := httptest.NewServer(latin1On(f.srv.Config.Handler, &failing))
+	t.Cleanup(front.Close)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
+		withProviderAPI(&fakeProvider{srv: front})(c)
+		c.Notify.Schedule = []time.Duration{50 * time.Millisecond, time.Hour}
+	})
+	orders := s.createOrders(t, 6, "latin", 1000)
+	var refunds []string
+	for i, o := range orders {
+		s.pay(t, o, fmt.Sprintf("txn-latin-%d", i))
+		refunds = append(refunds, s.refundNo(t, o.OrderNo, fmt.Sprintf("refund-latin-%d", i), 400))
+	}
+	failing.Store(refunds[3])
+	runCalls(t, s.app, 1) // one relay: the six calls are claimed together
+	eventually(t, "every outcome recorded", func() bool {
+		return d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`) == 5 &&
+			d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE refund_no = ? AND retries = 2`, refunds[3]) == 1
+	})
+	var lastError string
+	if err := d.Gorm.Raw(`SELECT last_error FROM provider_calls WHERE refund_no = ?`, refunds[3]).Row().Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(lastError) || !strings.Contains(lastError, "Service indisponible: \uFFFDchec") {
+		t.Errorf("last_error %q", lastError)
+	}
+	calls := f.refundCalls()
+	for i, rn := range refunds {
+		want := 1
+		if i == 3 {
+			want = 2
+		}
+		if n := len(calls[rn]); n != want {
+			t.Errorf("refund %d: %d POSTs, want %d", i, n, want)
+		}
+	}
+}
+
+// latin1On answers the refund named by failing 503 with a Latin-1 body,
+// and passes every other request to next.
+func latin1On(next http.Handler, failing *atomic.Value) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if key := r.Header.Get("Idempotency-Key"); key != "" && key == failing.Load().(string) {
+			next.ServeHTTP(httptest.NewRecorder(), r) // recorded as a call, answer dropped
+			w.Header().Set("Content-Type", "text/plain; charset=iso-8859-1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("Service indisponible: \xe9chec"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
