@@ -17,15 +17,12 @@ package providers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -71,36 +68,18 @@ func Retryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err)
 // giving up on a refund is the decision that must be certain.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
-// Parsed is one verified webhook, mapped to CONTRACT §5.
+// Parsed is one verified webhook, mapped to CONTRACT §5. Its callback's
+// fingerprint is not the adapter's to choose: it is taken over
+// payments.EventData(Event), the event's mapped fields, for every adapter
+// and for the order sweep alike.
 type Parsed struct {
 	Event payments.Event
-	// Data is the canonical JSON of the event's business data: the
-	// fingerprint of the callback is taken over it. Equal events must give
-	// equal bytes. An adapter that maps a provider's own format should use
-	// EventData(Event): the order sweep applies a payment it finds through
-	// PaymentsByOrder with EventData's bytes, and the real callback, when
-	// it comes, must replay that (same key, same fingerprint), not be
-	// refused as a reused key.
-	Data []byte
-}
-
-// EventData is the canonical JSON of an event's data as CONTRACT §5 lists
-// it: {order_no, txn_id, amount, currency}, plus refund_no for refund
-// events. For a Standard Webhooks body that carries exactly these fields
-// it equals the canonical form of the body's data.
-func EventData(ev payments.Event) []byte {
-	m := map[string]any{"order_no": ev.OrderNo, "txn_id": ev.TxnID,
-		"amount": json.Number(strconv.FormatInt(ev.Amount, 10)), "currency": ev.Currency}
-	if ev.Type.IsRefund() {
-		m["refund_no"] = ev.RefundNo
-	}
-	return canonjson.Append(nil, m)
 }
 
 // Inbound verifies and maps a provider's webhooks.
 type Inbound interface {
 	// Parse verifies the signature over the body as received and maps the
-	// event. Errors: ErrInvalidSignature (wrapped), ErrUnhandled (wrapped)
+	// event, checked by payments.DecodeEvent. Errors: ErrInvalidSignature (wrapped), ErrUnhandled (wrapped)
 	// for a correctly signed type the adapter does not map, or a
 	// validate.Error (400) for a handled type whose data is invalid.
 	Parse(header http.Header, body []byte) (Parsed, error)
@@ -167,6 +146,17 @@ type Payment struct {
 	Status   PaymentStatus
 	Amount   int64
 	Currency string
+}
+
+// SucceededEvent is the payment.succeeded event that p's callback would
+// carry, read by the callbacks' own decoder (payments.DecodeEvent): a
+// status query's answer passes the checks a callback passes (amount in
+// range, ISO 4217 currency, a printable txn_id within its length), so the
+// sweep never applies what no callback could. An error is a
+// validate.Error naming the field.
+func (p Payment) SucceededEvent() (payments.Event, error) {
+	return payments.DecodeEvent(payments.EventBody(payments.Event{Type: payments.PaymentSucceeded,
+		OrderNo: p.OrderNo, TxnID: p.TxnID, Amount: p.Amount, Currency: p.Currency}))
 }
 
 // Outbound makes the calls of CONTRACT §11. Errors wrap ErrPermanent or

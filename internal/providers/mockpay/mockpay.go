@@ -61,11 +61,11 @@ func (in *Inbound) ParseAt(header http.Header, body []byte, at time.Time) (provi
 }
 
 func (in *Inbound) decode(body []byte) (providers.Parsed, error) {
-	ev, data, err := payments.DecodeEvent(body)
+	ev, err := payments.DecodeEvent(body)
 	if err != nil {
 		return providers.Parsed{}, err
 	}
-	return providers.Parsed{Event: ev, Data: data}, nil
+	return providers.Parsed{Event: ev}, nil
 }
 
 // Outbound calls the generic provider API.

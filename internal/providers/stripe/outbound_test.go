@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v82"
 
+	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/providers/stripe/stripemock"
 )
@@ -248,7 +248,7 @@ func TestNewOutboundRefuses(t *testing.T) {
 func TestSweptPaymentIsTheWebhooksEvent(t *testing.T) {
 	t.Parallel()
 	body := fixture(t, "payment_intent.succeeded.json")
-	ev, data, err := Parse(body)
+	ev, err := Parse(body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,10 +265,13 @@ func TestSweptPaymentIsTheWebhooksEvent(t *testing.T) {
 		p.Amount != ev.Amount || p.Currency != ev.Currency {
 		t.Fatalf("swept %+v, webhook %+v", p, ev)
 	}
-	// The fingerprint input a sweep would build from p.
-	swept := fmt.Sprintf(`{"amount":%d,"currency":%q,"order_no":%q,"txn_id":%q}`, p.Amount, p.Currency, p.OrderNo, p.TxnID)
-	if swept != string(data) {
-		t.Fatalf("fingerprint input: swept %s, webhook %s", swept, data)
+	// The event, and so the fingerprint input, the sweep builds from p.
+	swept, err := p.SucceededEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if swept != ev || string(payments.EventData(swept)) != string(payments.EventData(ev)) {
+		t.Fatalf("swept %+v (%s), webhook %+v (%s)", swept, payments.EventData(swept), ev, payments.EventData(ev))
 	}
 }
 
