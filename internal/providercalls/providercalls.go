@@ -117,6 +117,17 @@ func (s *Store) SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, t
 	return nil
 }
 
+// MismatchAutoRefund implements payments.Calls.
+func (s *Store) MismatchAutoRefund(ctx context.Context, tx *gorm.DB, id string, rep payments.Reported) error {
+	_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET settled = ?, settled_txn_id = ?, reported_status = ?, reported_amount = ?,
+		reported_currency = ?, updated_at = ? WHERE id = ?`,
+		payments.RefundMismatched, rep.TxnID, rep.Status, rep.Amount, rep.Currency, s.now().UTC().Truncate(time.Microsecond), id)
+	if err != nil {
+		return fmt.Errorf("record the mismatch of automatic refund %s: %w", id, err)
+	}
+	return nil
+}
+
 // Call is a claimed row: the payload of an outbox.Job.
 type Call struct {
 	ID       string
