@@ -17,6 +17,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/connlimit"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -381,15 +382,25 @@ func newHTTPServer(h http.Handler, t HTTPTimeouts) *http.Server {
 }
 
 // Serve answers HTTP on ln until ctx is done, then stops accepting and
-// drains in-flight requests for up to the shutdown timeout.
+// drains in-flight requests for up to the shutdown timeout. It holds at
+// most MaxConns connections (package connlimit), and the HTTP server's
+// own messages (an accept that failed) are logged through a.Log.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	timeouts := a.timeouts
 	if timeouts == (HTTPTimeouts{}) { // an App not built by Open
 		timeouts = DefaultHTTPTimeouts(a.Config.RequestTimeout)
 	}
+	fileLimit, known := connlimit.FileLimit()
+	maxConns, err := MaxConns(a.Config, fileLimit, known)
+	if err != nil {
+		return err
+	}
+	limited := connlimit.New(ln, maxConns, a.Log)
 	srv := newHTTPServer(a.Handler, timeouts)
+	srv.ConnState = limited.ConnState
+	srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(limited) }()
 	purgeDone := make(chan struct{})
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer func() { stopPurge(); <-purgeDone }()
@@ -415,7 +426,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		defer func() { stopPurge(); <-natsDone }()
 		go func() { defer close(natsDone); a.consumeNATS(purgeCtx) }()
 	}
-	a.Log.Info("listening", "addr", ln.Addr().String())
+	a.Log.Info("listening", "addr", ln.Addr().String(), "max_conns", maxConns)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
