@@ -86,7 +86,8 @@ type Options struct {
 }
 
 // Open connects to the database (creating it if missing), migrates it
-// unless PAYSVC_AUTO_MIGRATE=false, and builds the service.
+// unless PAYSVC_AUTO_MIGRATE=false, refuses a schema older than the
+// binary needs (migrate.Check), and builds the service.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) (*App, error) {
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
@@ -99,6 +100,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		if err := migrate.Up(dbcfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := migrate.Check(dbcfg); err != nil {
+		return nil, err
 	}
 	gdb, err := db.OpenPool(dbcfg, cfg.DBMaxConns)
 	if err != nil {
