@@ -68,8 +68,8 @@ func Retryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err)
 // giving up on a refund is the decision that must be certain.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
-// Parsed is one verified webhook, mapped to CONTRACT §5. Its callback's
-// fingerprint is not the adapter's to choose: it is taken over
+// Parsed is one verified webhook, mapped to paysvc's provider events. Its
+// callback's fingerprint is not the adapter's to choose: it is taken over
 // payments.EventData(Event), the event's mapped fields, for every adapter
 // and for the order sweep alike.
 type Parsed struct {

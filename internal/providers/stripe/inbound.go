@@ -188,7 +188,7 @@ const (
 	metaRefundNo = "refund_no"
 )
 
-// Parse maps a verified Stripe event to the provider event of CONTRACT §5.
+// Parse maps a verified Stripe event to one of paysvc's provider events.
 // A well-formed event paysvc does not act on is providers.ErrUnhandled; a
 // malformed one is a validate.Error (400).
 //
