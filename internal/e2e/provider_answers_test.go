@@ -17,6 +17,11 @@ import (
 	"github.com/paysvc/paysvc/internal/db/dbtest"
 )
 
+// generousAttempt is the attempt timeout of the tests that count the
+// attempts a provider gets: an attempt cut short by a slow machine is
+// retried, and would be one more than the answers asked for.
+const generousAttempt = 30 * time.Second
+
 // recorder is a second server on loopback that answers every request as a
 // provider that accepts it would, and records what it got: whatever
 // reaches it was sent where PAYSVC_PROVIDER_API does not point.
@@ -102,7 +107,10 @@ func TestProviderRedirectsAreNotFollowed(t *testing.T) {
 			rec := newRecorder(t)
 			f := redirectingProvider(t, tc.status, rec, tc.to)
 			clock := newFakeClock()
-			s := cbNewService(t, d, app.Options{Now: clock.Now}, withTTL(withProviderAPI(f)))
+			s := cbNewService(t, d, app.Options{Now: clock.Now}, withTTL(func(c *config.Config) {
+				withProviderAPI(f)(c)
+				c.Notify.Timeout = generousAttempt
+			}))
 			o := s.createOrder(t, "redir-1", 1000, "EUR")
 			s.pay(t, o, "txn-redir-1")
 			rn := s.refundNo(t, o.OrderNo, "refund-redir-1", 400)
@@ -166,6 +174,7 @@ func TestProviderAnswerIsBounded(t *testing.T) {
 	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
 		withProviderAPI(&fakeProvider{srv: srv})(c)
 		c.Notify.Schedule = []time.Duration{20 * time.Millisecond}
+		c.Notify.Timeout = generousAttempt
 	})
 	o := s.createOrder(t, "big-1", 1000, "EUR")
 	s.pay(t, o, "txn-big-1")
@@ -202,6 +211,7 @@ func TestProviderErrorInLatin1(t *testing.T) {
 	s := cbNewService(t, d, app.Options{}, func(c *config.Config) {
 		withProviderAPI(&fakeProvider{srv: front})(c)
 		c.Notify.Schedule = []time.Duration{50 * time.Millisecond, time.Hour}
+		c.Notify.Timeout = generousAttempt
 	})
 	orders := s.createOrders(t, 6, "latin", 1000)
 	var refunds []string
