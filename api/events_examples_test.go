@@ -21,11 +21,25 @@ func produceEventSituations(t *testing.T, e *env) {
 	id := lastEventID(t, e)
 	e.merchant(t, "GET", "/v1/events/"+id, "", "")
 	e.merchant(t, "GET", "/v1/events/evt_01M8N9N0A1B2C3D4E5F6G7H8XX", "", "")
+	recordAttempt(t, e, id)
+	e.merchant(t, "GET", "/v1/events/"+id+"/attempts", "", "")
+	e.merchant(t, "GET", "/v1/events/"+id+"/attempts?after=-1", "", "")
+	e.merchant(t, "GET", "/v1/events/evt_01M8N9N0A1B2C3D4E5F6G7H8XX/attempts", "", "")
 	e.merchant(t, "POST", "/v1/events/"+id+"/redeliver", "ex-ev2", "")
 	e.merchant(t, "POST", "/v1/events/"+id+"/redeliver", "", "")
 	e.merchant(t, "POST", "/v1/events/evt_01M8N9N0A1B2C3D4E5F6G7H8XX/redeliver", "ex-ev3", "")
 	e.merchant(t, "POST", "/v1/events/"+id+"/redeliver", "ex-ev2", `{"x":1}`)
 	e.inFlight(t, "POST", "/v1/events/"+id+"/redeliver", "ex-ev4", "")
+}
+
+// recordAttempt writes a failed delivery attempt of event id, as the
+// relay records one (the example service has no endpoint to fail).
+func recordAttempt(t *testing.T, e *env, id string) {
+	t.Helper()
+	if err := e.app.DB.Exec(`INSERT INTO event_attempts (event_id, at, status_code, error, duration_ms)
+	                          VALUES (?, UTC_TIMESTAMP(6), 503, 'answered 503', 12)`, id).Error; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // lastEventID is the id of the merchant's newest event.

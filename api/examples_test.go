@@ -426,14 +426,14 @@ func (e *env) inFlight(t *testing.T, method, path, key, body string) reply {
 // callbackInFlight is inFlight for a provider event.
 func (e *env) callbackInFlight(t *testing.T, provider, secret, body string) reply {
 	t.Helper()
-	ev, data, err := payments.DecodeEvent([]byte(body))
+	ev, err := payments.DecodeEvent([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e.held(t, idempotency.Request{
 		Scope:       idempotency.CallbackScope(provider),
 		Key:         provider + ":" + string(ev.Type) + ":" + ev.TxnID,
-		Fingerprint: idempotency.DataFingerprint(data),
+		Fingerprint: idempotency.DataFingerprint(payments.EventData(ev)),
 		TTL:         e.app.Config.CallbackTTL,
 	}, func() reply { return e.callback(t, provider, secret, "", body) })
 }

@@ -7,6 +7,11 @@
 -- uk_orders_merchant_order is for orders: it outlives the idempotency
 -- window. merchant_refund_no is VARBINARY, compared byte for byte like
 -- orders.merchant_order_no.
+-- status MISMATCHED: the provider's refund callback reported another amount
+-- or currency than the refund asked; reported_status (SUCCEEDED or FAILED),
+-- reported_amount and reported_currency keep what it said, provider and
+-- txn_id its transaction. Such a refund keeps its reservation until a
+-- person settles it with the provider; reconcile reports it.
 CREATE TABLE refunds (
   refund_no  VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   order_no   VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -17,6 +22,9 @@ CREATE TABLE refunds (
   status     VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   provider   VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
   txn_id     VARBINARY(64) NULL,
+  reported_status   VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  reported_amount   BIGINT NULL,
+  reported_currency CHAR(3) CHARACTER SET ascii COLLATE ascii_bin NULL,
   created_at DATETIME(6) NOT NULL,
   updated_at DATETIME(6) NOT NULL,
   PRIMARY KEY (refund_no),

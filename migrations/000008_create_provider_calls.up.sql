@@ -13,7 +13,10 @@
 -- status: 0 pending, 1 done (the provider accepted it), 2 failed (refused
 -- for good, or the schedule ran out).
 -- settled, settled_txn_id: an automatic refund's outcome as the provider's
--- refund callback reported it (SUCCEEDED or FAILED).
+-- refund callback reported it (SUCCEEDED or FAILED), or MISMATCHED when the
+-- callback reported another amount or currency than the call asked:
+-- reported_status, reported_amount and reported_currency keep what it said
+-- (reconcile reports it).
 CREATE TABLE IF NOT EXISTS provider_calls (
   id              VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   provider        VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -31,6 +34,9 @@ CREATE TABLE IF NOT EXISTS provider_calls (
   provider_ref    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
   settled         VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL,
   settled_txn_id  VARBINARY(64) NULL,
+  reported_status   VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  reported_amount   BIGINT NULL,
+  reported_currency CHAR(3) CHARACTER SET ascii COLLATE ascii_bin NULL,
   last_error      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
   created_at      DATETIME(6) NOT NULL,
   updated_at      DATETIME(6) NOT NULL,

@@ -75,3 +75,131 @@ func TestPurgeCommand(t *testing.T) {
 		t.Fatalf("%d records left, want the fresh one", n)
 	}
 }
+
+// TestServeRefusesAnOlderSchema: with PAYSVC_AUTO_MIGRATE=false, serve on
+// a database whose schema is older than the binary needs (one migration
+// short, none at all, or dirty) does not start: it returns at once with
+// one line that says what to do, where it used to say ready and answer
+// every order 500 (a column missing). On the current schema it starts.
+func TestServeRefusesAnOlderSchema(t *testing.T) {
+	t.Parallel()
+	latest := rtLatestMigration(t)
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, env func(string) string, d *dbtest.DB)
+		wantIn  []string
+	}{
+		{"one migration short", func(t *testing.T, env func(string) string, _ *dbtest.DB) {
+			if err := run(context.Background(), []string{"migrate", "down", "1"}, env, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{fmt.Sprintf("schema version %d", rtMigrationBefore(t, latest)), fmt.Sprintf("needs %d", latest), "paysvc migrate up"}},
+		{"no schema", func(t *testing.T, env func(string) string, _ *dbtest.DB) {
+			if err := run(context.Background(), []string{"migrate", "down"}, env, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"no schema", fmt.Sprintf("needs %d", latest), "paysvc migrate up"}},
+		{"dirty", func(t *testing.T, _ func(string) string, d *dbtest.DB) {
+			if err := d.Gorm.Exec(`UPDATE schema_migrations SET dirty = 1`).Error; err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"dirty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.New(t)
+			env := rtEnv("PAYSVC_DSN", d.DSN, "PAYSVC_ADDR", "127.0.0.1:0", "PAYSVC_AUTO_MIGRATE", "false",
+				"PAYSVC_API_KEYS", "acme:"+rtAPIKey, "PAYSVC_SHUTDOWN_TIMEOUT", rtShutdown.String())
+			tc.prepare(t, env, d)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var logs rtBuffer
+			began := time.Now()
+			err := run(ctx, []string{"serve"}, env, &bytes.Buffer{}, &logs)
+			if err == nil || ctx.Err() != nil {
+				t.Fatalf("serve on an older schema: %v after %v, want a refusal at once\n%s", err, time.Since(began), logs.String())
+			}
+			for _, want := range tc.wantIn {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(logs.String(), `"msg":"listening"`) {
+				t.Errorf("error %q, logs %s: want one line and no listener", err, logs.String())
+			}
+		})
+	}
+	t.Run("current schema", func(t *testing.T) {
+		t.Parallel()
+		d := dbtest.New(t)
+		s := rtStartServe(t, rtEnv("PAYSVC_DSN", d.DSN, "PAYSVC_ADDR", "127.0.0.1:0", "PAYSVC_AUTO_MIGRATE", "false",
+			"PAYSVC_SHUTDOWN_TIMEOUT", rtShutdown.String()))
+		if err := s.stop(t); err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	})
+}
+
+// TestOperatorCommandsPrintOnlyWhatHappened: sweep and purge that fail
+// part-way (a table they need is gone) print no success line: the error
+// says how far they got, and the exit code is 1.
+func TestOperatorCommandsPrintOnlyWhatHappened(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		command, drop string
+	}{
+		{"sweep", "orders"},
+		{"purge", "events"},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.New(t)
+			if err := d.Gorm.Exec(`DROP TABLE ` + tc.drop).Error; err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), []string{tc.command}, rtEnv("PAYSVC_DSN", d.DSN), &stdout, &stderr)
+			if code := rtExitCode(err); code != 1 {
+				t.Errorf("%s: exit %d (%v), want 1", tc.command, code, err)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("%s failed, yet printed %q", tc.command, stdout.String())
+			}
+			t.Logf("%s: %v", tc.command, err)
+		})
+	}
+}
+
+// TestMigrateDownMoreThanThereAre: `migrate down 100` with fewer
+// migrations applied reverts them all and says so; it is no error.
+func TestMigrateDownMoreThanThereAre(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	var applied int64
+	if err := d.Gorm.Raw(`SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name <> 'schema_migrations'`).
+		Row().Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"migrate", "down", "100"}, rtEnv("PAYSVC_DSN", d.DSN), &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("migrate down 100: %v", err)
+	}
+	want := fmt.Sprintf("reverted %d migrations, all there were (100 asked)\nversion none\n", rtMigrationCount(t))
+	if stdout.String() != want {
+		t.Errorf("printed %q, want %q", stdout.String(), want)
+	}
+	if tables := rtTables(t, d.Name); len(tables) > 1 {
+		t.Errorf("tables left: %v", tables)
+	}
+}
+
+// rtMigrationCount is the number of embedded migrations.
+func rtMigrationCount(t testing.TB) int {
+	t.Helper()
+	n := 0
+	for v := rtLatestMigration(t); v > 0; v = rtMigrationBefore(t, v) {
+		n++
+	}
+	return n
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -148,8 +147,12 @@ func migrateCmd(cfg config.Config, stdout io.Writer, args []string) error {
 				return usageError("migrate down: N must be a positive integer, got %q", args[1])
 			}
 		}
-		if err := migrate.Down(dbcfg, n); err != nil {
+		reverted, err := migrate.Down(dbcfg, n)
+		if err != nil {
 			return err
+		}
+		if n > 0 && reverted < n {
+			fmt.Fprintf(stdout, "reverted %d migrations, all there were (%d asked)\n", reverted, n)
 		}
 		return printVersion(dbcfg, stdout)
 	case args[0] == "version" && len(args) == 1:
@@ -167,7 +170,7 @@ func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "version none")
 	case dirty:
 		fmt.Fprintf(stdout, "version %d (dirty)\n", v)
-		return errors.New("schema is dirty: a migration failed half-way; fix it by hand, then `migrate force` with the migrate CLI")
+		return migrate.ErrDirty
 	default:
 		fmt.Fprintf(stdout, "version %d\n", v)
 	}
@@ -221,8 +224,11 @@ func purgeCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	defer a.Close()
 	n, err := a.Purge(ctx)
+	if err != nil {
+		return fmt.Errorf("purge stopped after %d rows: %w", n, err)
+	}
 	fmt.Fprintf(stdout, "purged %d\n", n)
-	return err
+	return nil
 }
 
 // sweepCmd runs one pass of the order sweep, as serve does every
@@ -235,6 +241,9 @@ func sweepCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	defer a.Close()
 	c, err := a.Sweep(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep stopped after closing %d orders and recovering %d: %w", c.Closed, c.Recovered, err)
+	}
 	fmt.Fprintf(stdout, "closed %d, recovered %d\n", c.Closed, c.Recovered)
-	return err
+	return nil
 }

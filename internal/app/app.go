@@ -17,6 +17,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/connlimit"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -85,7 +86,8 @@ type Options struct {
 }
 
 // Open connects to the database (creating it if missing), migrates it
-// unless PAYSVC_AUTO_MIGRATE=false, and builds the service.
+// unless PAYSVC_AUTO_MIGRATE=false, refuses a schema older than the
+// binary needs (migrate.Check), and builds the service.
 func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) (*App, error) {
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
@@ -98,6 +100,9 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		if err := migrate.Up(dbcfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := migrate.Check(dbcfg); err != nil {
+		return nil, err
 	}
 	gdb, err := db.OpenPool(dbcfg, cfg.DBMaxConns)
 	if err != nil {
@@ -381,15 +386,25 @@ func newHTTPServer(h http.Handler, t HTTPTimeouts) *http.Server {
 }
 
 // Serve answers HTTP on ln until ctx is done, then stops accepting and
-// drains in-flight requests for up to the shutdown timeout.
+// drains in-flight requests for up to the shutdown timeout. It holds at
+// most MaxConns connections (package connlimit), and the HTTP server's
+// own messages (an accept that failed) are logged through a.Log.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	timeouts := a.timeouts
 	if timeouts == (HTTPTimeouts{}) { // an App not built by Open
 		timeouts = DefaultHTTPTimeouts(a.Config.RequestTimeout)
 	}
+	fileLimit, known := connlimit.FileLimit()
+	maxConns, err := MaxConns(a.Config, fileLimit, known)
+	if err != nil {
+		return err
+	}
+	limited := connlimit.New(ln, maxConns, a.Log)
 	srv := newHTTPServer(a.Handler, timeouts)
+	srv.ConnState = limited.ConnState
+	srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(limited) }()
 	purgeDone := make(chan struct{})
 	purgeCtx, stopPurge := context.WithCancel(ctx)
 	defer func() { stopPurge(); <-purgeDone }()
@@ -415,7 +430,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		defer func() { stopPurge(); <-natsDone }()
 		go func() { defer close(natsDone); a.consumeNATS(purgeCtx) }()
 	}
-	a.Log.Info("listening", "addr", ln.Addr().String())
+	a.Log.Info("listening", "addr", ln.Addr().String(), "max_conns", maxConns)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -21,9 +21,6 @@ import (
 // connections requests queue for (and the other way round).
 const relayConns = 4
 
-// notifyJitter is PAYSVC_NOTIFY_SCHEDULE's ±20%.
-const notifyJitter = 0.2
-
 // pendingEvery is how often serve refreshes the outbox gauges.
 const pendingEvery = 5 * time.Second
 
@@ -60,7 +57,7 @@ func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log 
 	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody}, n.Notifies, now)
 	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
 		Timeout:  cfg.Timeout,
-		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: notifyJitter},
+		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
 		Now:      now,
 		Log:      log,
 		OnOutcome: func(o outbox.Outcome) {

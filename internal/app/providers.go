@@ -27,7 +27,7 @@ func newCallsRelay(cfg config.Config, reg *providers.Registry, pool, work *gorm.
 	d := providercalls.NewDeliverer(reg, work, svc)
 	return outbox.New(providercalls.NewQueue(pool), d.Deliver, outbox.Options{
 		Timeout:  cfg.Notify.Timeout,
-		Schedule: outbox.Schedule{Delays: cfg.Notify.Schedule, Jitter: notifyJitter},
+		Schedule: outbox.Schedule{Delays: cfg.Notify.Schedule, Jitter: config.NotifyJitter},
 		Now:      now,
 		Log:      log.With("relay", "provider_calls"),
 	})

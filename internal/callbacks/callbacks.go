@@ -138,7 +138,8 @@ func WithReceivedAt(ctx context.Context, t time.Time) context.Context {
 }
 
 // ApplyEvent applies an event already verified and mapped: the engine with
-// the key {provider}:{type}:{txn_id} and the fingerprint of data. Apply
+// the key {provider}:{type}:{txn_id} and the fingerprint of its mapped data
+// (payments.EventData: fields a provider adds are not part of it). Apply
 // ends here, and so does the order sweep when it finds at the provider a
 // payment whose callback has not arrived (package sweep): the callback that
 // comes later replays what the sweep stored, byte for byte.
@@ -147,7 +148,7 @@ func (h *Handler) ApplyEvent(ctx context.Context, provider string, p providers.P
 	req := idempotency.Request{
 		Scope:       idempotency.CallbackScope(provider),
 		Key:         provider + ":" + string(ev.Type) + ":" + ev.TxnID,
-		Fingerprint: idempotency.DataFingerprint(p.Data),
+		Fingerprint: idempotency.DataFingerprint(payments.EventData(ev)),
 		TTL:         h.d.TTL,
 	}
 	var result payments.Result

@@ -51,9 +51,12 @@ type Config struct {
 	ShutdownTimeout  time.Duration       // PAYSVC_SHUTDOWN_TIMEOUT
 	LogLevel         slog.Level          // PAYSVC_LOG_LEVEL
 	DBMaxConns       int                 // PAYSVC_DB_MAX_CONNS
-	RequestTimeout   time.Duration       // PAYSVC_REQUEST_TIMEOUT
-	Notify           Notify              // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
-	Providers        Providers           // PAYSVC_PROVIDER_API, PAYSVC_ORDER_TTL, PAYSVC_SWEEP_INTERVAL (providers.go)
+	// MaxConns is PAYSVC_MAX_CONNS, the most HTTP connections an instance
+	// holds open; 0 sizes it from the open-file limit (app.MaxConns).
+	MaxConns       int
+	RequestTimeout time.Duration // PAYSVC_REQUEST_TIMEOUT
+	Notify         Notify        // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
+	Providers      Providers     // PAYSVC_PROVIDER_API, PAYSVC_ORDER_TTL, PAYSVC_SWEEP_INTERVAL (providers.go)
 
 	// NATSURL enables the JetStream intake of provider events when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
@@ -78,6 +81,7 @@ const (
 	envShutdownTimeout  = "PAYSVC_SHUTDOWN_TIMEOUT"
 	envLogLevel         = "PAYSVC_LOG_LEVEL"
 	envDBMaxConns       = "PAYSVC_DB_MAX_CONNS"
+	envMaxConns         = "PAYSVC_MAX_CONNS"
 	envRequestTimeout   = "PAYSVC_REQUEST_TIMEOUT"
 )
 
@@ -88,6 +92,9 @@ const (
 	// MariaDB), or instances are refused connections (1040) instead of
 	// queueing for them: README.md says so where the variable is listed.
 	maxDBConns = 1000
+	// maxHTTPConns bounds PAYSVC_MAX_CONNS; the open-file limit bounds it
+	// further, at start (app.MaxConns).
+	maxHTTPConns = 10_000_000
 )
 
 // Defaults returns the contract's defaults. The maps are fresh on every call
@@ -143,6 +150,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.duration(envShutdownTimeout, &c.ShutdownTimeout, "10s, 1m", false)
 	l.logLevel(&c.LogLevel)
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")
+	l.intRange(envMaxConns, &c.MaxConns, 0, maxHTTPConns, "4096, or 0 for the default")
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 	l.notify(&c.Notify)
 	l.providers(&c.Providers)
@@ -537,6 +545,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("shutdown_timeout", shortDuration(c.ShutdownTimeout)),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.Int("max_conns", c.MaxConns),
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 		slog.Any("notify", notifyLog(c.Notify)),
 		slog.Any("providers", providersLog(c.Providers)),

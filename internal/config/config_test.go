@@ -314,6 +314,10 @@ func TestLoadErrors(t *testing.T) {
 		{"max conns not a number", map[string]string{envDBMaxConns: "many"}, envDBMaxConns, `"many" is not an integer`, nil},
 		{"max conns too big", map[string]string{envDBMaxConns: "1001"}, envDBMaxConns, "is out of range", nil},
 
+		// PAYSVC_MAX_CONNS (bounded by the open-file limit at start: app.MaxConns)
+		{"http conns negative", map[string]string{envMaxConns: "-1"}, envMaxConns, "-1 is out of range (0 to 10000000)", nil},
+		{"http conns not a number", map[string]string{envMaxConns: "lots"}, envMaxConns, `"lots" is not an integer`, nil},
+
 		// PAYSVC_REQUEST_TIMEOUT
 		{"request timeout zero", map[string]string{envRequestTimeout: "0s"}, envRequestTimeout, "must be greater than 0", nil},
 		{"request timeout unitless", map[string]string{envRequestTimeout: "10"}, envRequestTimeout, "is not a duration", nil},
@@ -471,6 +475,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"shutdown_timeout":  "10s",
 		"log_level":         "INFO",
 		"db_max_conns":      32.0,
+		"max_conns":         0.0,
 		"request_timeout":   "10s",
 		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
 			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},

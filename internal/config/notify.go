@@ -18,6 +18,10 @@ const (
 // TINYINT, and 255 there means "no retries left".
 const maxNotifyRetries = 254
 
+// NotifyJitter is the ±20% applied to each delay of
+// PAYSVC_NOTIFY_SCHEDULE.
+const NotifyJitter = 0.2
+
 // Endpoint is a merchant's webhook endpoint. Secrets are the raw
 // "whsec_..." strings, in configured order; every one signs a delivery.
 type Endpoint struct {
@@ -54,6 +58,33 @@ func (l *loader) notify(dst *Notify) {
 	l.duration(envNotifyTimeout, &dst.Timeout, "15s, 2s", false)
 	l.notifySchedule(&dst.Schedule)
 	l.duration(envEventTTL, &dst.EventTTL, "720h, 168h", false)
+	l.eventTTLOutlivesSchedule(*dst)
+}
+
+// PendingSpan is the longest an event's delivery can stay pending on the
+// schedule: every delay at its +jitter, and an attempt's timeout for
+// each attempt (the first and one per retry).
+func (n Notify) PendingSpan() time.Duration {
+	var delays time.Duration
+	for _, d := range n.Schedule {
+		delays += d
+	}
+	return time.Duration(float64(delays)*(1+NotifyJitter)) + time.Duration(len(n.Schedule)+1)*n.Timeout
+}
+
+// eventTTLOutlivesSchedule refuses a PAYSVC_EVENT_TTL that purge would
+// reach while an event's delivery may still be pending.
+func (l *loader) eventTTLOutlivesSchedule(n Notify) {
+	if l.err != nil || n.EventTTL > n.PendingSpan() {
+		return
+	}
+	source := envEventTTL + "=" + shortDuration(n.EventTTL)
+	if _, set := l.get(envEventTTL); !set {
+		source = shortDuration(n.EventTTL) + " (the default)"
+	}
+	l.fail(envEventTTL, "%s is not longer than a delivery can stay pending on %s (%s: its delays +%d%% and %s per attempt); "+
+		"events would be purged before their delivery ends", source, envNotifySchedule, shortDuration(n.PendingSpan().Round(time.Second)),
+		int(NotifyJitter*100), envNotifyTimeout)
 }
 
 // notifyEndpoints reads "merchant_id=URL whsec_...[ whsec_...]" entries,

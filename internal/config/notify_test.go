@@ -82,3 +82,37 @@ func TestNotifyConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestEventTTLOutlivesTheSchedule: events must be kept longer than their
+// delivery can stay pending on PAYSVC_NOTIFY_SCHEDULE (its delays with
+// their +20% jitter, and an attempt's timeout for each attempt), or purge
+// would remove an event whose delivery is still going on. A shorter
+// PAYSVC_EVENT_TTL stops the load, naming it and the schedule.
+func TestEventTTLOutlivesTheSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		ok   bool
+	}{
+		{"the defaults", nil, true},
+		{"an hour, with the default schedule", map[string]string{envEventTTL: "1h"}, false},
+		{"a day, with the default schedule (33h)", map[string]string{envEventTTL: "24h"}, false},
+		{"a day, with a short schedule", map[string]string{envEventTTL: "24h", envNotifySchedule: "1m,1h"}, true},
+		{"the default, with a schedule of 30 days", map[string]string{envNotifySchedule: "300h,300h"}, false},
+		{"just over the span", map[string]string{envEventTTL: "61s", envNotifySchedule: "10s", envNotifyTimeout: "20s"}, true},
+		{"just under the span", map[string]string{envEventTTL: "51s", envNotifySchedule: "10s", envNotifyTimeout: "20s"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(env(tc.env))
+			if tc.ok != (err == nil) {
+				t.Fatalf("Load: %v, want ok %t", err, tc.ok)
+			}
+			if err != nil && (!strings.HasPrefix(err.Error(), envEventTTL+": ") || !strings.Contains(err.Error(), envNotifySchedule)) {
+				t.Errorf("error %q, want one naming %s and %s", err, envEventTTL, envNotifySchedule)
+			}
+			if err != nil {
+				t.Log(err)
+			}
+		})
+	}
+}

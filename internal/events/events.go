@@ -30,6 +30,7 @@ const (
 	RefundFailed           = "refund.failed"
 	PaymentFlagged         = "payment.flagged"
 	PaymentRefunded        = "payment.refunded"
+	RefundMismatched       = "refund.mismatched"
 )
 
 // Reasons of order.closed.

@@ -14,13 +14,18 @@ import (
 
 // Purge deletes the events created before cutoff (now − PAYSVC_EVENT_TTL)
 // with their attempts, batch events at a time, and returns how many events
-// it deleted. Each batch is a plain SELECT of the oldest ids (a range of
-// the primary key: ids are time-ordered), then one READ COMMITTED
-// transaction that deletes them and then their attempts by key, so that it
-// locks only the rows it deletes (see idempotency.Purge for why not a
-// DELETE … ORDER BY … LIMIT). Several instances may purge at once: a row
-// another deleted first is simply not counted. onBatch, if set, is told
-// each batch's count.
+// it deleted. An event whose delivery is pending is never deleted: its
+// retries have not run out, or it was redelivered, and the relay would
+// lose it mid-delivery; it goes once its delivery has ended (the
+// configuration keeps PAYSVC_EVENT_TTL longer than the schedule, so only
+// a redelivery makes an event this old pending). Each batch is a plain
+// SELECT of the oldest ids not pending (a range of the primary key: ids
+// are time-ordered), then one READ COMMITTED transaction that locks those
+// still not pending (a redelivery may have come between), deletes them,
+// then their attempts by key, so that it locks only the rows it deletes
+// (see idempotency.Purge for why not a DELETE … ORDER BY … LIMIT).
+// Several instances may purge at once: a row another deleted first is
+// simply not counted. onBatch, if set, is told each batch's count.
 func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBatch func(deleted int64)) (int64, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("purge events: batch must be positive, got %d", batch)
@@ -37,16 +42,20 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 			ids = ids[len(chunk):]
 			var n int64
 			err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				in := "(?" + strings.Repeat(",?", len(chunk)-1) + ")"
-				// The events first: Finish adds an attempt only while it
-				// holds its event's row, so once the events are deleted
-				// (or their Finish committed first) no attempt of theirs
-				// can come after the second DELETE.
-				var err error
-				if n, err = db.Exec(ctx, tx, `DELETE FROM events WHERE id IN `+in, chunk...); err != nil {
+				// The events first, locked: Finish adds an attempt only
+				// while it holds its event's row, and Redeliver makes one
+				// pending only through its row, so once the events are
+				// deleted (or the others committed first) no attempt of
+				// theirs can come after the last DELETE.
+				gone, err := lockDone(ctx, tx, chunk)
+				if err != nil || len(gone) == 0 {
 					return err
 				}
-				_, err = db.Exec(ctx, tx, `DELETE FROM event_attempts WHERE event_id IN `+in, chunk...)
+				in := "(?" + strings.Repeat(",?", len(gone)-1) + ")"
+				if n, err = db.Exec(ctx, tx, `DELETE FROM events WHERE id IN `+in, gone...); err != nil {
+					return err
+				}
+				_, err = db.Exec(ctx, tx, `DELETE FROM event_attempts WHERE event_id IN `+in, gone...)
 				return err
 			}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 			if err != nil {
@@ -66,18 +75,34 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 // deleteChunk bounds the keys of one DELETE (see idempotency.deleteChunk).
 const deleteChunk = 1000
 
+// oldIDs reads up to limit ids below bound of events not pending.
 func oldIDs(ctx context.Context, gdb *gorm.DB, bound string, limit int) ([]any, error) {
 	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT id FROM events WHERE id < ? ORDER BY id LIMIT ?`, bound, limit)
+		`SELECT id FROM events WHERE id < ? AND delivery <> ? ORDER BY id LIMIT ?`, bound, DeliveryPending, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select expired events: %w", err)
 	}
+	return scanIDs(rows)
+}
+
+// lockDone locks the events of ids whose delivery is not pending, in id
+// order (as Finish locks them), and returns their ids.
+func lockDone(ctx context.Context, tx *gorm.DB, ids []any) ([]any, error) {
+	rows, err := tx.Statement.ConnPool.QueryContext(ctx, `SELECT id FROM events WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+
+		`) AND delivery <> ? ORDER BY id FOR UPDATE`, append(ids[:len(ids):len(ids)], DeliveryPending)...)
+	if err != nil {
+		return nil, fmt.Errorf("lock expired events: %w", err)
+	}
+	return scanIDs(rows)
+}
+
+func scanIDs(rows *sql.Rows) ([]any, error) {
 	defer rows.Close()
-	ids := make([]any, 0, limit)
+	var ids []any
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("select expired events: %w", err)
+			return nil, fmt.Errorf("read event ids: %w", err)
 		}
 		ids = append(ids, id)
 	}

@@ -13,7 +13,8 @@ import (
 )
 
 // TestPurgeEvents: events older than the cutoff go, in batches, with their
-// attempts; younger ones and theirs stay.
+// attempts; younger ones and theirs stay. (Written for a merchant without
+// an endpoint: none is pending, see TestPurgeKeepsPendingEvents.)
 func TestPurgeEvents(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -22,7 +23,7 @@ func TestPurgeEvents(t *testing.T) {
 	write := func(at time.Time, n int) {
 		t.Helper()
 		rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
-			func(string) bool { return true }, func() time.Time { return at })
+			func(string) bool { return false }, func() time.Time { return at })
 		for range n {
 			o := orders.Order{OrderNo: "ord_purge", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,
 				Amount: 1, Currency: "EUR", Version: 2, CreatedAt: at, UpdatedAt: at}
@@ -60,13 +61,12 @@ func TestPurgeEvents(t *testing.T) {
 	}
 }
 
-// TestPurgeRacingFinish: purge removes an event while a relay records an
-// attempt of it (an event still pending at the end of its TTL, e.g.
-// redelivered just before). The two transactions are made to overlap: a
-// third holds the event's row until both wait for it, the relay's Finish
-// first. Whatever order they then run in, no attempt of a purged event
-// may stay behind: purge is the only thing that deletes attempts, and it
-// finds them through their event.
+// TestPurgeRacingFinish: purge runs while a relay records an attempt of an
+// event past its TTL (pending: redelivered just before). The two are made
+// to overlap: a third transaction holds the event's row while Finish and
+// purge start. The event is pending, so purge leaves it, with its attempt
+// (no attempt is ever left without its event); once delivered, the next
+// purge removes both.
 func TestPurgeRacingFinish(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -106,10 +106,64 @@ func TestPurgeRacingFinish(t *testing.T) {
 	if err := <-purged; err != nil {
 		t.Fatalf("purge: %v", err)
 	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM events`); n != 0 {
-		t.Errorf("%d events left", n)
+	if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts a LEFT JOIN events e ON e.id = a.event_id WHERE e.id IS NULL`); n != 0 {
+		t.Errorf("%d attempts of a purged event left behind", n)
 	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); n != 0 {
-		t.Errorf("%d attempts of the purged event left behind", n)
+	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != 1 {
+		t.Errorf("the pending event was purged, or not delivered (%d delivered events)", n)
+	}
+	if n, err := events.Purge(ctx, d.Gorm, now.Add(time.Minute), 10, nil); n != 1 || err != nil {
+		t.Errorf("purge once delivered = %d, %v; want 1", n, err)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM events`) + d.Count(t, `SELECT COUNT(*) FROM event_attempts`); n != 0 {
+		t.Errorf("%d events and attempts left", n)
+	}
+}
+
+// TestPurgeKeepsPendingEvents: of four events past the cutoff, the one
+// whose delivery is still pending (its retries not run out, or
+// redelivered) is kept with its attempts until its delivery ends; the
+// delivered, failed and never-delivered ones go.
+func TestPurgeKeepsPendingEvents(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	old := now.Add(-721 * time.Hour)
+	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
+		func(string) bool { return true }, func() time.Time { return old })
+	for range 4 {
+		o := orders.Order{OrderNo: "ord_pending", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,
+			Amount: 1, Currency: "EUR", Version: 2, CreatedAt: old, UpdatedAt: old}
+		if err := rec.OrderClosed(ctx, d.Gorm, o, events.ReasonCancelled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	if err := d.Gorm.Raw(`SELECT id FROM events ORDER BY id`).Scan(&ids).Error; err != nil {
+		t.Fatal(err)
+	}
+	// ids[0] stays pending; the others delivered, failed, none.
+	for i, delivery := range []int{2, 3, 0} {
+		if err := d.Gorm.Exec(`UPDATE events SET delivery = ?, next_attempt_at = NULL WHERE id = ?`, delivery, ids[i+1]).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Gorm.Exec(`INSERT INTO event_attempts (event_id, at, status_code, error, duration_ms)
+		SELECT id, created_at, 503, 'answered 503', 3 FROM events`).Error; err != nil {
+		t.Fatal(err)
+	}
+	n, err := events.Purge(ctx, d.Gorm, now.Add(-720*time.Hour), 10, nil)
+	if err != nil || n != 3 {
+		t.Errorf("Purge = %d, %v; want the 3 not pending", n, err)
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM events WHERE id = ? AND delivery = 1`, ids[0]); got != 1 {
+		t.Errorf("the pending event was purged")
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); got != 1 {
+		t.Errorf("%d attempts left, want the pending event's one", got)
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM events`); got != 1 {
+		t.Errorf("%d events left, want 1", got)
 	}
 }

@@ -206,7 +206,7 @@ func insertAttempts(ctx context.Context, tx *gorm.DB, fs []outbox.Finished, held
 		}
 		msg := ""
 		if a.Err != nil {
-			msg = truncate(a.Err.Error(), maxErrorLen)
+			msg = db.Varchar(a.Err.Error(), maxErrorLen)
 		}
 		args = append(args, f.Job.ID, a.At.UTC().Truncate(time.Microsecond), code, msg, a.Duration.Milliseconds())
 	}
@@ -216,19 +216,6 @@ func insertAttempts(ctx context.Context, tx *gorm.DB, fs []outbox.Finished, held
 	_, err := db.Exec(ctx, tx, sb.String(), args...)
 	return err
 }
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // Pending counts the events awaiting a delivery and finds the oldest's
 // creation: one covering read of idx_events_due (only pending events have

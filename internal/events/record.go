@@ -52,6 +52,22 @@ type data struct {
 	Reason  string          `json:"reason,omitempty"`
 	Refund  json.RawMessage `json:"refund,omitempty"`
 	Payment *paymentJSON    `json:"payment,omitempty"`
+	// Reported is refund.mismatched's: what the provider reported.
+	Reported *reportedJSON `json:"reported,omitempty"`
+}
+
+// reportedJSON is what a provider reported of a refund, in
+// refund.mismatched.
+type reportedJSON struct {
+	Provider string `json:"provider"`
+	TxnID    string `json:"txn_id"`
+	Status   string `json:"status"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+func reportedOf(rep payments.Reported) *reportedJSON {
+	return &reportedJSON{Provider: rep.Provider, TxnID: rep.TxnID, Status: rep.Status, Amount: rep.Amount, Currency: rep.Currency}
 }
 
 // paymentJSON is a flagged payment in payment.flagged.
@@ -99,6 +115,21 @@ func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Ord
 // refund settled.
 func (r *Recorder) PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
 	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentRefunded, flaggedData(r.enc.Order(o), p)}})
+}
+
+// RefundMismatched records refund.mismatched: the provider reported rf
+// settled with another amount or currency.
+func (r *Recorder) RefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, rf payments.Refund, rep payments.Reported) error {
+	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched,
+		data{Order: r.enc.Order(o), Refund: r.enc.Refund(rf), Reported: reportedOf(rep)}}})
+}
+
+// AutoRefundMismatched records refund.mismatched for the automatic refund
+// of a flagged payment.
+func (r *Recorder) AutoRefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment, rep payments.Reported) error {
+	d := flaggedData(r.enc.Order(o), p)
+	d.Reported = reportedOf(rep)
+	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched, d}})
 }
 
 // autoRefundJSON is an automatic refund in data.refund.

@@ -245,7 +245,7 @@ func allDelivered(t testing.TB, d *dbtest.DB, rcv *receiver, ids []string) {
 
 func attemptsOf(t testing.TB, d *dbtest.DB, id string) []events.Attempt {
 	t.Helper()
-	a, err := events.Attempts(context.Background(), d.Gorm, id)
+	a, _, err := events.Attempts(context.Background(), d.Gorm, id, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -69,33 +70,76 @@ func Get(ctx context.Context, gdb *gorm.DB, merchantID, id string) (Event, error
 	return e, nil
 }
 
-// Attempts returns an event's delivery attempts, oldest first.
-func Attempts(ctx context.Context, gdb *gorm.DB, id string) ([]Attempt, error) {
+// EmbeddedAttempts is how many of an event's attempts its answers embed:
+// the latest. An endpoint that keeps refusing, redelivered by hand, makes
+// attempts without end, and an answer holding all of them outgrew what a
+// stored response can keep (every later redeliver of the event was a
+// 500); the others are paged by Attempts.
+const EmbeddedAttempts = 20
+
+// LatestAttempts returns the latest n of an event's delivery attempts,
+// oldest first, and how many it has in all: one read of the event's
+// range of the primary key, the count taken by a window function over the
+// same rows (MySQL 8, MariaDB 10.2+).
+func LatestAttempts(ctx context.Context, gdb *gorm.DB, id string, n int) ([]Attempt, int, error) {
 	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT at, status_code, error, duration_ms FROM event_attempts WHERE event_id = ? ORDER BY id`, id)
+		`SELECT at, status_code, error, duration_ms, COUNT(*) OVER () FROM event_attempts
+		  WHERE event_id = ? ORDER BY id DESC LIMIT ?`, id, n)
 	if err != nil {
-		return nil, fmt.Errorf("attempts of %s: %w", id, err)
+		return nil, 0, fmt.Errorf("attempts of %s: %w", id, err)
 	}
+	out, total, err := scanAttempts(rows)
+	if err != nil {
+		return nil, 0, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	slices.Reverse(out)
+	return out, total, nil
+}
+
+// Attempts returns up to limit of an event's delivery attempts after the
+// first after (a count, 0 = from the first), oldest first, and whether
+// more follow: one range read of the primary key, limit+1 rows. An
+// event's attempts are only ever appended (and purged with it), so a
+// position is a stable cursor.
+func Attempts(ctx context.Context, gdb *gorm.DB, id string, after, limit int) ([]Attempt, bool, error) {
+	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
+		`SELECT at, status_code, error, duration_ms, 0 FROM event_attempts
+		  WHERE event_id = ? ORDER BY id LIMIT ? OFFSET ?`, id, limit+1, after)
+	if err != nil {
+		return nil, false, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	out, _, err := scanAttempts(rows)
+	if err != nil {
+		return nil, false, fmt.Errorf("attempts of %s: %w", id, err)
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// scanAttempts reads rows of (at, status_code, error, duration_ms, a
+// count) and closes them; the count is the last row's.
+func scanAttempts(rows *sql.Rows) ([]Attempt, int, error) {
 	defer rows.Close()
 	out := []Attempt{}
+	total := 0
 	for rows.Next() {
 		var (
 			a    Attempt
 			code sql.NullInt64
 			ms   int64
 		)
-		if err := rows.Scan(&a.At, &code, &a.Error, &ms); err != nil {
-			return nil, fmt.Errorf("attempts of %s: %w", id, err)
+		if err := rows.Scan(&a.At, &code, &a.Error, &ms, &total); err != nil {
+			return nil, 0, err
 		}
 		a.At = a.At.UTC()
 		a.StatusCode = int(code.Int64)
 		a.Duration = time.Duration(ms) * time.Millisecond
 		out = append(out, a)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("attempts of %s: %w", id, err)
-	}
-	return out, nil
+	return out, total, rows.Err()
 }
 
 // Redeliver schedules one more attempt of a merchant's event, now,

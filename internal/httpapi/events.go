@@ -31,9 +31,12 @@ type eventJSON struct {
 	Delivery  *deliveryJSON   `json:"delivery,omitempty"`
 }
 
+// deliveryJSON embeds the latest events.EmbeddedAttempts attempts;
+// AttemptCount counts all of them (GET /v1/events/{id}/attempts pages).
 type deliveryJSON struct {
-	Status   string        `json:"status"`
-	Attempts []attemptJSON `json:"attempts"`
+	Status       string        `json:"status"`
+	AttemptCount int           `json:"attempt_count"`
+	Attempts     []attemptJSON `json:"attempts"`
 }
 
 type attemptJSON struct {
@@ -47,23 +50,30 @@ func eventView(e events.Event) eventJSON {
 	return eventJSON{ID: e.ID, Type: e.Type, CreatedAt: formatTime(e.CreatedAt), Data: e.Data}
 }
 
-// eventWithDelivery reads the event's attempts and renders both.
+// eventWithDelivery reads the event's latest attempts and renders both:
+// bounded, whatever the number of attempts, so that the answer of a
+// redeliver can always be stored.
 func (s *server) eventWithDelivery(ctx context.Context, gdb *gorm.DB, e events.Event) ([]byte, error) {
-	attempts, err := events.Attempts(ctx, gdb, e.ID)
+	attempts, total, err := events.LatestAttempts(ctx, gdb, e.ID, events.EmbeddedAttempts)
 	if err != nil {
 		return nil, err
 	}
 	v := eventView(e)
-	v.Delivery = &deliveryJSON{Status: e.Delivery.String(), Attempts: make([]attemptJSON, len(attempts))}
+	v.Delivery = &deliveryJSON{Status: e.Delivery.String(), AttemptCount: total, Attempts: attemptViews(attempts)}
+	return marshal(v), nil
+}
+
+func attemptViews(attempts []events.Attempt) []attemptJSON {
+	out := make([]attemptJSON, len(attempts))
 	for i, a := range attempts {
 		aj := attemptJSON{At: formatTime(a.At), Error: a.Error, DurationMS: a.Duration.Milliseconds()}
 		if a.StatusCode != 0 {
 			code := a.StatusCode
 			aj.StatusCode = &code
 		}
-		v.Delivery.Attempts[i] = aj
+		out[i] = aj
 	}
-	return marshal(v), nil
+	return out
 }
 
 type eventListJSON struct {
@@ -91,36 +101,81 @@ func (s *server) listEvents(c *gin.Context) {
 }
 
 // listParams reads after (an event id; the page starts after it, whether
-// or not it still exists) and limit (1-100, default 20). A parameter given
-// twice is invalid: which one was meant?
+// or not it still exists) and limit (see pageQuery).
 func listParams(c *gin.Context) (string, int, error) {
-	// URL.Query drops the pairs it cannot parse, and a dropped limit=5;x
-	// or after=%zz would silently become the default: refuse instead.
-	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	q, limit, err := pageQuery(c)
 	if err != nil {
-		return "", 0, validate.Invalid("", "malformed query string: "+err.Error())
-	}
-	for _, name := range []string{"after", "limit"} {
-		if len(q[name]) > 1 {
-			return "", 0, validate.Invalid(name, "given more than once")
-		}
+		return "", 0, err
 	}
 	after := q.Get("after")
 	if _, set := q["after"]; set && !events.ValidID(after) {
 		return "", 0, validate.Invalid("after", "must be an event id (1-32 characters of A-Z a-z 0-9 _ -)")
 	}
+	return after, limit, nil
+}
+
+// pageQuery reads the query string of a page: after and limit (1-100,
+// default 20), each at most once (given twice, which one was meant?).
+func pageQuery(c *gin.Context) (url.Values, int, error) {
+	// URL.Query drops the pairs it cannot parse, and a dropped limit=5;x
+	// or after=%zz would silently become the default: refuse instead.
+	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	if err != nil {
+		return nil, 0, validate.Invalid("", "malformed query string: "+err.Error())
+	}
+	for _, name := range []string{"after", "limit"} {
+		if len(q[name]) > 1 {
+			return nil, 0, validate.Invalid(name, "given more than once")
+		}
+	}
 	limit := events.DefaultLimit
 	if v, set := q["limit"]; set {
 		n, err := strconv.Atoi(v[0])
 		if err != nil || n < 1 || n > events.MaxLimit {
-			return "", 0, validate.Invalid("limit", "must be an integer from 1 to 100")
+			return nil, 0, validate.Invalid("limit", "must be an integer from 1 to 100")
 		}
 		limit = n
 	}
-	return after, limit, nil
+	return q, limit, nil
 }
 
-// GET /v1/events/{id}: the event, then its attempts = 2 SELECTs.
+type attemptListJSON struct {
+	Data    []attemptJSON `json:"data"`
+	HasMore bool          `json:"has_more"`
+}
+
+// GET /v1/events/{id}/attempts?after=&limit=: all of an event's attempts,
+// oldest first, after the first `after` of them. The event's read (it
+// must be the merchant's), then one range read of its attempts = 2
+// SELECTs.
+func (s *server) listAttempts(c *gin.Context) {
+	q, limit, err := pageQuery(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	after := 0
+	if v, set := q["after"]; set {
+		if after, err = strconv.Atoi(v[0]); err != nil || after < 0 {
+			s.fail(c, validate.Invalid("after", "must be a number of attempts, 0 or more"))
+			return
+		}
+	}
+	ctx := c.Request.Context()
+	e, err := events.Get(ctx, s.db, merchantOf(c), c.Param("id"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	attempts, more, err := events.Attempts(ctx, s.db, e.ID, after, limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.Data(200, contentTypeJSON, marshal(attemptListJSON{Data: attemptViews(attempts), HasMore: more}))
+}
+
+// GET /v1/events/{id}: the event, then its latest attempts = 2 SELECTs.
 func (s *server) getEvent(c *gin.Context) {
 	ctx := c.Request.Context()
 	e, err := events.Get(ctx, s.db, merchantOf(c), c.Param("id"))
@@ -138,7 +193,7 @@ func (s *server) getEvent(c *gin.Context) {
 
 // POST /v1/events/{id}/redeliver (Idempotency-Key): schedules one more
 // attempt now and answers 202 with the event and its delivery. First
-// request: claim, BEGIN, the event's UPDATE, its SELECT, the attempts'
+// request: claim, BEGIN, the event's UPDATE, its SELECT, the latest attempts'
 // SELECT, fence, COMMIT = 7 round trips.
 func (s *server) redeliverEvent(c *gin.Context) {
 	merchant := merchantOf(c)

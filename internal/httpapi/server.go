@@ -134,6 +134,7 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/orders/:order_no/refunds", s.createRefund)
 	merchant.GET("/events", s.listEvents)
 	merchant.GET("/events/:id", s.getEvent)
+	merchant.GET("/events/:id/attempts", s.listAttempts)
 	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
 	merchant.GET("/settlements", s.listSettlements)
 	merchant.POST("/idempotency-tokens", s.issueToken)

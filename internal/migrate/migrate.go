@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/golang-migrate/migrate/v4"
@@ -66,24 +67,83 @@ func Up(cfg *mysql.Config) error {
 	return closeMigrator(m, err)
 }
 
-// Down reverts n migrations, or all of them when n <= 0.
-func Down(cfg *mysql.Config, n int) error {
+// Down reverts n migrations, or all of them when n <= 0. For n > 0 it
+// returns how many it reverted: fewer than n when fewer were applied (all
+// of them are then reverted, which is no error).
+func Down(cfg *mysql.Config, n int) (reverted int, err error) {
 	m, err := open(cfg)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	reverted = n
 	if n > 0 {
 		err = m.Steps(-n)
 	} else {
 		err = m.Down()
 	}
-	if errors.Is(err, migrate.ErrNoChange) {
+	var short migrate.ErrShortLimit
+	switch {
+	case errors.As(err, &short):
+		reverted, err = n-int(short.Short), nil
+	case errors.Is(err, migrate.ErrNoChange):
 		err = nil
-	}
-	if err != nil {
+	case err != nil:
 		err = fmt.Errorf("migrate down: %w", err)
 	}
-	return closeMigrator(m, err)
+	return reverted, closeMigrator(m, err)
+}
+
+// ErrDirty: a migration failed half-way, and the schema is neither its
+// version nor the one before.
+var ErrDirty = errors.New("schema is dirty: a migration failed half-way; fix it by hand, then `migrate force` with the migrate CLI")
+
+// Required is the schema version this binary needs: the highest of its
+// embedded migrations.
+func Required() (uint, error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	defer src.Close()
+	v, err := src.First()
+	if err != nil {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	for {
+		next, err := src.Next(v)
+		if errors.Is(err, os.ErrNotExist) {
+			return v, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read embedded migrations: %w", err)
+		}
+		v = next
+	}
+}
+
+// Check returns an error, one line saying what to do, when the database's
+// schema is not one this binary can run on: none, dirty, or older than
+// Required — a service started on it would say it is ready and then fail
+// every request that needs what is missing. A newer schema is accepted:
+// during a rolling upgrade, the new binary migrates while instances of
+// the old one still serve.
+func Check(cfg *mysql.Config) error {
+	need, err := Required()
+	if err != nil {
+		return err
+	}
+	v, dirty, ok, err := Version(cfg)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("the database has no schema; this binary needs %d: run `paysvc migrate up` (or start with PAYSVC_AUTO_MIGRATE=true)", need)
+	case dirty:
+		return fmt.Errorf("schema version %d: %w", v, ErrDirty)
+	case v < need:
+		return fmt.Errorf("schema version %d is older than this binary, which needs %d: run `paysvc migrate up` (or start with PAYSVC_AUTO_MIGRATE=true)", v, need)
+	}
+	return nil
 }
 
 // Version returns the applied version and whether the schema is dirty (a

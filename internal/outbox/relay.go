@@ -262,16 +262,16 @@ func (r *Relay) finisher(ctx context.Context, finished <-chan Finished, slots <-
 // every receiver of the batch a repeat after the leases. Running it again
 // after a COMMIT whose answer was lost records nothing twice: the claims
 // are released, and a queue records only where its token still holds.
+// A batch that fails is recorded outcome by outcome (finish), so that one
+// outcome the queue cannot record does not take the others with it.
 func (r *Relay) record(ctx context.Context, batch []Finished) {
 	fctx, cancel := context.WithTimeout(ctx, finishBudget)
 	defer cancel()
-	var (
-		held []bool
-		err  error
-	)
+	pending := batch
+	var err error
 	for try := 1; ; try++ {
-		if held, err = r.q.Finish(fctx, batch); err == nil {
-			break
+		if pending, err = r.finish(fctx, pending); len(pending) == 0 {
+			return
 		}
 		pause := time.Duration(float64(time.Duration(min(try, 10))*finishRetryPause) * (0.5 + r.o.Rand()))
 		t := time.NewTimer(pause)
@@ -283,15 +283,44 @@ func (r *Relay) record(ctx context.Context, batch []Finished) {
 		if fctx.Err() != nil {
 			break
 		}
-		r.o.Log.Info("outbox outcomes not recorded yet; trying again", "jobs", len(batch), "try", try, "err", err.Error())
+		r.o.Log.Info("outbox outcomes not recorded yet; trying again", "jobs", len(pending), "try", try, "err", err.Error())
 	}
-	if err != nil {
-		// The leases end and other attempts follow: at-least-once.
-		r.o.Log.Warn("outbox outcomes not recorded; the jobs are attempted again after their lease",
-			"jobs", len(batch), "first", batch[0].Job.ID, "err", err.Error())
-		return
+	// The leases end and other attempts follow: at-least-once.
+	r.o.Log.Warn("outbox outcomes not recorded; the jobs are attempted again after their lease",
+		"jobs", len(pending), "first", pending[0].Job.ID, "err", err.Error())
+}
+
+// finish records batch in one Finish; if that fails, each of its outcomes
+// in a Finish of its own. It returns the outcomes not recorded and the
+// last error. Alone, an outcome the queue refuses (a value its table
+// cannot hold) fails by itself, where in the batch it rolled back every
+// other; a failure of the whole database costs one Finish per outcome
+// once, and the retries that follow are of the failed ones only.
+func (r *Relay) finish(ctx context.Context, batch []Finished) ([]Finished, error) {
+	held, err := r.q.Finish(ctx, batch)
+	if err == nil {
+		r.recorded(batch, held)
+		return nil, nil
 	}
-	for i, f := range batch {
+	if len(batch) == 1 {
+		return batch, err
+	}
+	var failed []Finished
+	for i := range batch {
+		one := batch[i : i+1]
+		h, ferr := r.q.Finish(ctx, one)
+		if ferr != nil {
+			failed, err = append(failed, batch[i]), ferr
+			continue
+		}
+		r.recorded(one, h)
+	}
+	return failed, err
+}
+
+// recorded reports the outcomes of fs that Finish recorded (held).
+func (r *Relay) recorded(fs []Finished, held []bool) {
+	for i, f := range fs {
 		if !held[i] {
 			r.o.Log.Warn("outbox claim lost before the outcome was recorded", "id", f.Job.ID)
 			continue

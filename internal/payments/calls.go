@@ -54,6 +54,10 @@ type Calls interface {
 	// SettleAutoRefund records the provider's outcome of an automatic
 	// refund.
 	SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, txnID string) error
+	// MismatchAutoRefund records that the provider reported an automatic
+	// refund settled with another amount or currency (settled
+	// MISMATCHED), and what it reported.
+	MismatchAutoRefund(ctx context.Context, tx *gorm.DB, id string, rep Reported) error
 }
 
 // AutoKey is the Idempotency-Key of the automatic refund of a payment.
@@ -84,10 +88,14 @@ func (s *Service) autoRefundSettled(ctx context.Context, tx *gorm.DB, provider s
 	if err != nil || !found {
 		return false, "", err
 	}
-	if r.Provider != provider || r.OrderNo != o.OrderNo || r.Amount != ev.Amount || r.Currency != ev.Currency {
-		s.log.WarnContext(ctx, "refund event does not match the automatic refund; kept for review", "provider", provider,
-			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo)
+	if r.Provider != provider || r.OrderNo != o.OrderNo {
+		s.log.WarnContext(ctx, "refund event does not match the automatic refund's provider or order; not applied",
+			"provider", provider, "txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo)
 		return true, AmountMismatch, nil
+	}
+	if r.Amount != ev.Amount || r.Currency != ev.Currency {
+		res, err := s.autoRefundMismatched(ctx, tx, o, r, ev)
+		return true, res, err
 	}
 	status := settledStatus(ev.Type)
 	if r.Settled != "" {
@@ -100,13 +108,31 @@ func (s *Service) autoRefundSettled(ctx context.Context, tx *gorm.DB, provider s
 		return true, "", err
 	}
 	if status == RefundSucceededStatus && s.outbox != nil {
-		p := FlaggedPayment{Provider: provider, TxnID: r.PaymentTxnID, Amount: r.Amount, Currency: r.Currency,
-			RefundNo: r.RefundNo, RefundStatus: status}
+		p, err := s.autoRefunded(ctx, tx, r, status)
+		if err != nil {
+			return true, "", err
+		}
 		if err := s.outbox.PaymentRefunded(ctx, tx, o, p); err != nil {
 			return true, "", err
 		}
 	}
 	return true, Applied, nil
+}
+
+// autoRefunded is the flagged payment an automatic refund returns, as its
+// events carry it, with the refund's status. The payment's result is read
+// without a lock: it was written with the refund's decision and never
+// changes, and a locking read of a payment would come after the order's
+// lock, against the lock order. 1 statement.
+func (s *Service) autoRefunded(ctx context.Context, tx *gorm.DB, r AutoRefund, status string) (FlaggedPayment, error) {
+	p := FlaggedPayment{Provider: r.Provider, TxnID: r.PaymentTxnID, Amount: r.Amount, Currency: r.Currency,
+		RefundNo: r.RefundNo, RefundStatus: status}
+	err := db.QueryRow(ctx, tx, `SELECT result FROM payments WHERE provider = ? AND txn_id = ?`, r.Provider, r.PaymentTxnID).
+		Scan(&p.Result)
+	if err != nil {
+		return FlaggedPayment{}, fmt.Errorf("read the payment %s/%s of automatic refund %s: %w", r.Provider, r.PaymentTxnID, r.RefundNo, err)
+	}
+	return p, nil
 }
 
 // WithCalls makes s decide provider refunds through c; without it no

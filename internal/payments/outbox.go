@@ -27,6 +27,13 @@ type Outbox interface {
 	// PaymentRefunded: the automatic refund of a flagged payment settled
 	// (README.md, "Calls to providers"); o is its order, unchanged.
 	PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment) error
+	// RefundMismatched: the provider reported r (now MISMATCHED) settled
+	// with another amount or currency, as rep says; o is its order,
+	// unchanged (the reservation stays).
+	RefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, r Refund, rep Reported) error
+	// AutoRefundMismatched: the same for the automatic refund of p
+	// (p.RefundStatus MISMATCHED).
+	AutoRefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, p FlaggedPayment, rep Reported) error
 }
 
 // FlaggedPayment is a payment kept for a refund by hand.

@@ -109,7 +109,24 @@ const (
 	RefundPending         = "PENDING"
 	RefundSucceededStatus = "SUCCEEDED"
 	RefundFailedStatus    = "FAILED"
+	// RefundMismatched: the provider's refund callback reported another
+	// amount or currency than the refund asked. The provider moved (or
+	// failed to move) a sum nobody asked for, so the refund is neither
+	// settled nor released: it keeps its reservation, and what the
+	// provider reported, until a person settles it with the provider;
+	// reconcile reports it.
+	RefundMismatched = "MISMATCHED"
 )
+
+// Reported is what a provider's refund callback said of a refund whose
+// amount or currency it did not match: its transaction and outcome.
+type Reported struct {
+	Provider string
+	TxnID    string
+	Status   string // RefundSucceededStatus or RefundFailedStatus
+	Amount   int64
+	Currency string
+}
 
 // Refund is a merchant's refund request.
 type Refund struct {

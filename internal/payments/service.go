@@ -284,10 +284,14 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 		}
 		return "", fmt.Errorf("refund %s of order %s: %w", validate.Quote(ev.RefundNo), ev.OrderNo, ErrRetryLater)
 	}
-	if r.OrderNo != o.OrderNo || r.Amount != ev.Amount || o.Currency != ev.Currency {
-		s.log.WarnContext(ctx, "refund event does not match the refund; kept for review", "provider", provider,
-			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo)
+	if r.OrderNo != o.OrderNo {
+		// Another order's refund: nothing of this order to record.
+		s.log.WarnContext(ctx, "refund event names a refund of another order; not applied", "provider", provider,
+			"txn_id", ev.TxnID, "refund_no", ev.RefundNo, "order_no", ev.OrderNo, "refund_order_no", r.OrderNo)
 		return AmountMismatch, nil
+	}
+	if r.Amount != ev.Amount || o.Currency != ev.Currency {
+		return s.refundMismatched(ctx, tx, provider, o, r, ev)
 	}
 	if r.Status != RefundPending {
 		if r.Provider == provider && r.TxnID == ev.TxnID && r.Status == settledStatus(ev.Type) {

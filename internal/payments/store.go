@@ -155,6 +155,27 @@ func lockRefund(ctx context.Context, tx *gorm.DB, refundNo string) (r Refund, fo
 	return r, true, nil
 }
 
+// mismatchRefundRow moves a PENDING refund to MISMATCHED, recording what
+// the provider reported; false if its transaction already settled another
+// refund.
+func mismatchRefundRow(ctx context.Context, tx *gorm.DB, refundNo string, rep Reported, at time.Time) (bool, error) {
+	n, err := db.Exec(ctx, tx,
+		`UPDATE refunds SET status = ?, provider = ?, txn_id = ?, reported_status = ?, reported_amount = ?, reported_currency = ?,
+		        updated_at = ?
+		  WHERE refund_no = ? AND status = ?`,
+		RefundMismatched, rep.Provider, rep.TxnID, rep.Status, rep.Amount, rep.Currency, at, refundNo, RefundPending)
+	if db.IsDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("record the mismatch of refund %s: %w", refundNo, err)
+	}
+	if n != 1 {
+		return false, fmt.Errorf("record the mismatch of refund %s: no longer %s", refundNo, RefundPending)
+	}
+	return true, nil
+}
+
 // settleRefundRow moves a PENDING refund to status to, recording the
 // provider transaction; false if the transaction already settled another
 // refund.

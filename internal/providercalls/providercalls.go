@@ -117,6 +117,17 @@ func (s *Store) SettleAutoRefund(ctx context.Context, tx *gorm.DB, id, status, t
 	return nil
 }
 
+// MismatchAutoRefund implements payments.Calls.
+func (s *Store) MismatchAutoRefund(ctx context.Context, tx *gorm.DB, id string, rep payments.Reported) error {
+	_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET settled = ?, settled_txn_id = ?, reported_status = ?, reported_amount = ?,
+		reported_currency = ?, updated_at = ? WHERE id = ?`,
+		payments.RefundMismatched, rep.TxnID, rep.Status, rep.Amount, rep.Currency, s.now().UTC().Truncate(time.Microsecond), id)
+	if err != nil {
+		return fmt.Errorf("record the mismatch of automatic refund %s: %w", id, err)
+	}
+	return nil
+}
+
 // Call is a claimed row: the payload of an outbox.Job.
 type Call struct {
 	ID       string
@@ -177,6 +188,9 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 	return jobs, nil
 }
 
+// maxErrorLen is the width of provider_calls.last_error.
+const maxErrorLen = 255
+
 // Finish records outcomes, each only where the token still holds the row.
 // A row a permanent refusal already failed (see Deliverer) stays failed.
 func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error) {
@@ -194,7 +208,8 @@ func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error
 			}
 			msg := ""
 			if o.Attempt.Err != nil {
-				msg = truncate(o.Attempt.Err.Error(), 255)
+				// A provider's own text: stored as the column holds it.
+				msg = db.Varchar(o.Attempt.Err.Error(), maxErrorLen)
 			}
 			n, err := db.Exec(ctx, tx, `UPDATE provider_calls
 				SET status = CASE WHEN status = ? THEN ? ELSE status END, next_attempt_at = ?, claim = NULL, retries = ?,
@@ -302,15 +317,4 @@ func (d *Deliverer) fail(ctx context.Context, c Call) error {
 		_, err := db.Exec(ctx, tx, `UPDATE provider_calls SET status = ? WHERE id = ?`, StatusFailed, c.ID)
 		return err
 	})
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

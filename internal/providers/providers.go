@@ -18,15 +18,12 @@ package providers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -72,36 +69,18 @@ func Retryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err)
 // giving up on a refund is the decision that must be certain.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
-// Parsed is one verified webhook, mapped to paysvc's provider events.
+// Parsed is one verified webhook, mapped to paysvc's provider events. Its
+// callback's fingerprint is not the adapter's to choose: it is taken over
+// payments.EventData(Event), the event's mapped fields, for every adapter
+// and for the order sweep alike.
 type Parsed struct {
 	Event payments.Event
-	// Data is the canonical JSON of the event's business data: the
-	// fingerprint of the callback is taken over it. Equal events must give
-	// equal bytes. An adapter that maps a provider's own format should use
-	// EventData(Event): the order sweep applies a payment it finds through
-	// PaymentsByOrder with EventData's bytes, and the real callback, when
-	// it comes, must replay that (same key, same fingerprint), not be
-	// refused as a reused key.
-	Data []byte
-}
-
-// EventData is the canonical JSON of an event's data as README.md, "Provider
-// callbacks" lists it: {order_no, txn_id, amount, currency}, plus refund_no
-// for refund events. For a Standard Webhooks body that carries exactly these
-// fields it equals the canonical form of the body's data.
-func EventData(ev payments.Event) []byte {
-	m := map[string]any{"order_no": ev.OrderNo, "txn_id": ev.TxnID,
-		"amount": json.Number(strconv.FormatInt(ev.Amount, 10)), "currency": ev.Currency}
-	if ev.Type.IsRefund() {
-		m["refund_no"] = ev.RefundNo
-	}
-	return canonjson.Append(nil, m)
 }
 
 // Inbound verifies and maps a provider's webhooks.
 type Inbound interface {
 	// Parse verifies the signature over the body as received and maps the
-	// event. Errors: ErrInvalidSignature (wrapped), ErrUnhandled (wrapped)
+	// event, checked by payments.DecodeEvent. Errors: ErrInvalidSignature (wrapped), ErrUnhandled (wrapped)
 	// for a correctly signed type the adapter does not map, or a
 	// validate.Error (400) for a handled type whose data is invalid.
 	Parse(header http.Header, body []byte) (Parsed, error)
@@ -170,6 +149,17 @@ type Payment struct {
 	Currency string
 }
 
+// SucceededEvent is the payment.succeeded event that p's callback would
+// carry, read by the callbacks' own decoder (payments.DecodeEvent): a
+// status query's answer passes the checks a callback passes (amount in
+// range, ISO 4217 currency, a printable txn_id within its length), so the
+// sweep never applies what no callback could. An error is a
+// validate.Error naming the field.
+func (p Payment) SucceededEvent() (payments.Event, error) {
+	return payments.DecodeEvent(payments.EventBody(payments.Event{Type: payments.PaymentSucceeded,
+		OrderNo: p.OrderNo, TxnID: p.TxnID, Amount: p.Amount, Currency: p.Currency}))
+}
+
 // Outbound makes the calls to a provider (README.md, "Calls to providers").
 // Errors wrap ErrPermanent or ErrRetryable (see StatusError, Retryable).
 // Calls are never made inside a database transaction.
@@ -196,7 +186,9 @@ type OutboundConfig struct {
 	Provider string
 	URL      string
 	APIKey   string
-	// Client makes the calls; it carries the timeout.
+	// Client makes the calls; it carries the timeout. Build passes it
+	// through Client (no redirects, bounded answers); an adapter built
+	// otherwise must do the same.
 	Client *http.Client
 }
 
@@ -251,10 +243,7 @@ func Build(c Config) (*Registry, error) {
 		}
 		r.inbound[p] = in
 	}
-	client := c.Client
-	if client == nil {
-		client = &http.Client{Timeout: DefaultTimeout}
-	}
+	client := Client(c.Client)
 	for p, api := range c.APIs {
 		k := kind(p)
 		if k.NewOutbound == nil {
@@ -268,10 +257,6 @@ func Build(c Config) (*Registry, error) {
 	}
 	return r, nil
 }
-
-// DefaultTimeout bounds one call to a provider API: an answer not there by
-// then is a retryable failure.
-const DefaultTimeout = 15 * time.Second
 
 // NewRegistry builds a registry from adapters already made (tests).
 func NewRegistry(inbound map[string]Inbound, outbound map[string]Outbound) *Registry {

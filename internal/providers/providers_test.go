@@ -2,10 +2,13 @@ package providers_test
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // TestStatusError: 4xx other than 409 and 429 is permanent; 409, 429 and
@@ -46,25 +49,29 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
-// TestEventData: the bytes equal the canonical data of the Standard
-// Webhooks body that carries the same event, so the sweep's application
-// and the late callback share a fingerprint.
-func TestEventData(t *testing.T) {
+// TestSucceededEvent: a payment a status query reports is the event its
+// callback would carry, checked by the callbacks' decoder: the same event,
+// the same fingerprint input, and refused where the callback would be.
+func TestSucceededEvent(t *testing.T) {
 	t.Parallel()
-	body := []byte(`{"type":"payment.succeeded","data":{"txn_id":"t1","currency":"EUR","order_no":"ord_1","amount":1999}}`)
-	ev, data, err := payments.DecodeEvent(body)
+	webhook, err := payments.DecodeEvent([]byte(`{"type":"payment.succeeded","data":{"txn_id":"t1","currency":"EUR","order_no":"ord_1","amount":1999,"method":"card"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := providers.EventData(ev); string(got) != string(data) {
-		t.Errorf("EventData %s, webhook data %s", got, data)
+	ev, err := providers.Payment{TxnID: "t1", OrderNo: "ord_1", Status: providers.PaymentSucceeded, Amount: 1999, Currency: "EUR"}.SucceededEvent()
+	if err != nil || ev != webhook || string(payments.EventData(ev)) != string(payments.EventData(webhook)) {
+		t.Fatalf("SucceededEvent = %+v, %v; the webhook's %+v", ev, err, webhook)
 	}
-	rbody := []byte(`{"type":"refund.failed","data":{"txn_id":"r1","currency":"EUR","order_no":"ord_1","amount":5,"refund_no":"rfd_1"}}`)
-	ev, data, err = payments.DecodeEvent(rbody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := providers.EventData(ev); string(got) != string(data) {
-		t.Errorf("EventData %s, webhook data %s", got, data)
+	for _, p := range []providers.Payment{
+		{TxnID: "t1", OrderNo: "ord_1", Amount: -1999, Currency: "EUR"},
+		{TxnID: "t1", OrderNo: "ord_1", Amount: 0, Currency: "EUR"},
+		{TxnID: "t1", OrderNo: "ord_1", Amount: math.MaxInt64, Currency: "EUR"},
+		{TxnID: "t1", OrderNo: "ord_1", Amount: 1999, Currency: "eu"},
+		{TxnID: strings.Repeat("t", 40) + " " + strings.Repeat("x", 29), OrderNo: "ord_1", Amount: 1999, Currency: "EUR"},
+		{TxnID: "", OrderNo: "ord_1", Amount: 1999, Currency: "EUR"},
+	} {
+		if ev, err := p.SucceededEvent(); !errors.Is(err, validate.ErrInvalid) {
+			t.Errorf("%+v: %+v, %v; want a validation error", p, ev, err)
+		}
 	}
 }

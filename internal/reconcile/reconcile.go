@@ -84,12 +84,25 @@ const autoRefundOf = `c.provider = p.provider AND c.payment_txn_id = p.txn_id AN
 const returned = `SELECT COUNT(*) FROM payments p WHERE p.status = 'SUCCEEDED' AND p.result IN ` + unreturnedResults + `
    AND EXISTS (SELECT 1 FROM provider_calls c WHERE ` + autoRefundOf + ` AND c.settled = 'SUCCEEDED')`
 
+// reservedRefunds are the refund statuses that hold their amount in the
+// order's pending_refund_amount.
+const reservedRefunds = `('PENDING','MISMATCHED')`
+
 // checks: name and a query whose rows (one text column) are the findings.
 var checks = []struct{ name, query string }{
 	{"automatic refund failed", `
 SELECT CONCAT(c.provider, '/', CAST(c.payment_txn_id AS CHAR), ' on order ', c.order_no, ': automatic refund ', c.refund_no, ' of ',
               c.amount, ' ', c.currency, CASE WHEN c.settled = 'FAILED' THEN ' failed at the provider' ELSE ' refused or never accepted' END)
   FROM provider_calls c WHERE c.kind = 1 AND (c.status = 2 OR c.settled = 'FAILED')`},
+	{"refund settled with another amount", `
+SELECT CONCAT(r.refund_no, ' on order ', r.order_no, ': asked ', r.amount, ' ', o.currency, ', ', r.provider, '/', CAST(r.txn_id AS CHAR),
+              ' reported ', r.reported_status, ' of ', r.reported_amount, ' ', r.reported_currency, ' (the ', r.amount, ' stays reserved)')
+  FROM refunds r JOIN orders o ON o.order_no = r.order_no WHERE r.status = 'MISMATCHED'`},
+	{"automatic refund settled with another amount", `
+SELECT CONCAT(c.provider, '/', CAST(c.payment_txn_id AS CHAR), ' on order ', c.order_no, ': automatic refund ', c.refund_no, ' asked ',
+              c.amount, ' ', c.currency, ', ', c.provider, '/', CAST(c.settled_txn_id AS CHAR), ' reported ', c.reported_status, ' of ',
+              c.reported_amount, ' ', c.reported_currency)
+  FROM provider_calls c WHERE c.kind = 1 AND c.settled = 'MISMATCHED'`},
 	{"order paid twice", `
 SELECT CONCAT(order_no, ' has ', COUNT(*), ' applied payments')
   FROM payments WHERE status = 'SUCCEEDED' AND result = 'applied'
@@ -112,13 +125,14 @@ SELECT CONCAT(r.refund_no, ' names order ', r.order_no)
 	{"refunds above the amount", `
 SELECT CONCAT(order_no, ': refunded ', refunded_amount, ' + pending ', pending_refund_amount, ' > amount ', amount)
   FROM orders WHERE refunded_amount < 0 OR pending_refund_amount < 0 OR refunded_amount + pending_refund_amount > amount`},
+	// A MISMATCHED refund keeps its reservation: it counts as pending.
 	{"refund totals differ from refunds", `
 SELECT CONCAT(o.order_no, ': refunded_amount ', o.refunded_amount, ' vs succeeded refunds ', COALESCE(SUM(CASE WHEN r.status = 'SUCCEEDED' THEN r.amount END), 0),
-              ', pending_refund_amount ', o.pending_refund_amount, ' vs pending refunds ', COALESCE(SUM(CASE WHEN r.status = 'PENDING' THEN r.amount END), 0))
+              ', pending_refund_amount ', o.pending_refund_amount, ' vs pending refunds ', COALESCE(SUM(CASE WHEN r.status IN ` + reservedRefunds + ` THEN r.amount END), 0))
   FROM orders o LEFT JOIN refunds r ON r.order_no = o.order_no
  GROUP BY o.order_no, o.refunded_amount, o.pending_refund_amount
 HAVING o.refunded_amount <> COALESCE(SUM(CASE WHEN r.status = 'SUCCEEDED' THEN r.amount END), 0)
-    OR o.pending_refund_amount <> COALESCE(SUM(CASE WHEN r.status = 'PENDING' THEN r.amount END), 0)`},
+    OR o.pending_refund_amount <> COALESCE(SUM(CASE WHEN r.status IN ` + reservedRefunds + ` THEN r.amount END), 0)`},
 	{"status disagrees with amounts", `
 SELECT CONCAT(order_no, ' is ', status, ' with amount ', amount, ', refunded ', refunded_amount, ', pending ', pending_refund_amount,
               ', paid_at ', IF(paid_at IS NULL, 'null', 'set'))

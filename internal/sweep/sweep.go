@@ -153,11 +153,20 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 			if p.Status != providers.PaymentSucceeded || p.OrderNo != o.orderNo {
 				continue
 			}
-			ev := payments.Event{Type: payments.PaymentSucceeded, OrderNo: p.OrderNo, TxnID: p.TxnID, Amount: p.Amount, Currency: p.Currency}
-			res, err := s.Apply(ctx, name, providers.Parsed{Event: ev, Data: providers.EventData(ev)})
+			ev, err := p.SucceededEvent()
 			if err != nil {
-				// Refused (an invalid txn id) or a fault: the order stays
-				// for the next sweep, like an unreachable provider.
+				// An answer no callback could carry (an amount out of
+				// range, a malformed currency or txn id): the provider
+				// cannot be asked, for this order.
+				s.Log.WarnContext(ctx, "sweep: provider answer refused", "provider", name, "order_no", o.orderNo,
+					"err", err.Error())
+				unreachable = true
+				continue
+			}
+			res, err := s.Apply(ctx, name, providers.Parsed{Event: ev})
+			if err != nil {
+				// A fault: the order stays for the next sweep, like an
+				// unreachable provider.
 				s.Log.WarnContext(ctx, "sweep: found payment not applied", "provider", name, "order_no", o.orderNo,
 					"txn_id", p.TxnID, "err", err.Error())
 				unreachable = true

@@ -225,3 +225,114 @@ func TestServeDeliversEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestRedeliverAfterAThousandAttempts: an event redelivered a thousand
+// times to an endpoint that keeps refusing it has a thousand attempts,
+// each with the longest error text an attempt can store (255 characters
+// that JSON writes as 6 bytes each). Its answers stay bounded: GET and
+// redeliver embed the latest 20 attempts with the count of all, and
+// GET /v1/events/{id}/attempts pages through every one, oldest first. No
+// number of attempts makes a stored response too large to keep (where
+// every redeliver then was a 500).
+func TestRedeliverAfterAThousandAttempts(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	s := cbNewService(t, d, app.Options{}, func(c *config.Config) { c.APIKeys[evOtherKey] = "bolt" })
+	ctx := context.Background()
+	o := s.createOrder(t, "ev-many", 100, "EUR")
+	if a, err := s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/cancel", "ev-many-c", nil); err != nil || a.Status != 200 {
+		t.Fatalf("cancel: %v %v", a, err)
+	}
+	var id string
+	if err := d.Gorm.Raw(`SELECT id FROM events`).Row().Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	// The attempts the relay records for a refused delivery, as many as
+	// a thousand redeliveries leave.
+	const n = 1000
+	worst := strings.Repeat("\u2028", 250) // with "0001 ", 255 characters
+	var sb strings.Builder
+	args := []any{}
+	sb.WriteString(`INSERT INTO event_attempts (event_id, at, status_code, error, duration_ms) VALUES `)
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, 503, ?, 12)")
+		args = append(args, id, time.Now().UTC().Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("%04d %s", i+1, worst))
+	}
+	if err := d.Gorm.Exec(sb.String(), args...).Error; err != nil {
+		t.Fatal(err)
+	}
+	type attempt struct {
+		Error string `json:"error"`
+	}
+	type detail struct {
+		Delivery struct {
+			Status       string    `json:"status"`
+			AttemptCount int       `json:"attempt_count"`
+			Attempts     []attempt `json:"attempts"`
+		} `json:"delivery"`
+	}
+	check := func(what string, a cbAnswer, status int) {
+		t.Helper()
+		var det detail
+		if a.Status != status || json.Unmarshal(a.Body, &det) != nil {
+			t.Fatalf("%s: %v, want %d", what, a, status)
+		}
+		at := det.Delivery.Attempts
+		if det.Delivery.AttemptCount != n || len(at) != 20 || !strings.HasPrefix(at[0].Error, "0981 ") || !strings.HasPrefix(at[19].Error, "1000 ") {
+			t.Errorf("%s: attempt_count %d, %d attempts embedded; want %d, the latest 20", what, det.Delivery.AttemptCount, len(at), n)
+		}
+		t.Logf("%s: %d bytes", what, len(a.Body))
+	}
+	for i := range 3 {
+		a, err := s.merchant(ctx, http.MethodPost, "/v1/events/"+id+"/redeliver", fmt.Sprintf("ev-many-r%d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("redeliver", a, http.StatusAccepted)
+	}
+	a, err := s.merchant(ctx, http.MethodGet, "/v1/events/"+id, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GET", a, http.StatusOK)
+
+	// Every attempt, in pages of 100.
+	seen := 0
+	for after := 0; ; {
+		a, err := s.merchant(ctx, http.MethodGet, fmt.Sprintf("/v1/events/%s/attempts?limit=100&after=%d", id, after), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct {
+			Data    []attempt `json:"data"`
+			HasMore bool      `json:"has_more"`
+		}
+		if a.Status != http.StatusOK || json.Unmarshal(a.Body, &page) != nil || len(page.Data) == 0 {
+			t.Fatalf("attempts after %d: %v", after, a)
+		}
+		for i, at := range page.Data {
+			if want := fmt.Sprintf("%04d ", after+i+1); !strings.HasPrefix(at.Error, want) {
+				t.Fatalf("attempt %d: %.10q, want it to start %q", after+i+1, at.Error, want)
+			}
+		}
+		seen += len(page.Data)
+		after += len(page.Data)
+		if !page.HasMore {
+			break
+		}
+	}
+	if seen != n {
+		t.Errorf("paged through %d attempts, want %d", seen, n)
+	}
+	for _, q := range []string{"after=-1", "after=x", "limit=0", "limit=101", "after=1&after=2"} {
+		if a, _ := s.merchant(ctx, http.MethodGet, "/v1/events/"+id+"/attempts?"+q, "", nil); a.Status != 400 || a.Code != "invalid_request" {
+			t.Errorf("attempts?%s: %v, want 400 invalid_request", q, a)
+		}
+	}
+	if a, _ := s.merchantAs(ctx, evOtherKey, http.MethodGet, "/v1/events/"+id+"/attempts", "", nil); a.Status != 404 {
+		t.Errorf("another merchant's attempts: %v, want 404", a)
+	}
+}

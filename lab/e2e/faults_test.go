@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -105,6 +106,12 @@ func TestFaults(t *testing.T) {
 						for _, a := range trace[:len(trace)-1] {
 							if a.Status != http.StatusInternalServerError || a.Code != "internal_error" {
 								t.Errorf("key %s: retried answer %v, want 500 internal_error", key, a)
+							}
+							// A 500 tells nothing of its cause.
+							for _, leak := range []string{errInjected.Error(), "idempotency_records", "orders", "Error"} {
+								if bytes.Contains(a.Body, []byte(leak)) {
+									t.Errorf("key %s: 500 body reveals %q: %s", key, leak, a.Body)
+								}
 							}
 						}
 					}

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -264,6 +267,97 @@ func TestSweepRecordsEveryPaymentFound(t *testing.T) {
 		if !a.Replayed {
 			t.Errorf("late callback %s: %v, want a replay of what the sweep stored", txn, a)
 		}
+	}
+	cbReconcileClean(t, d)
+}
+
+// TestSweepRefusesWhatNoCallbackCould: a status query that answers a
+// succeeded payment with an amount out of range (negative, zero, the
+// largest int64), a currency that is not ISO 4217, or a txn id too long
+// and with a space is refused exactly as the callback carrying it would be
+// (400 invalid_request): nothing is applied, stored or refunded, and the
+// order is deferred as for a provider that cannot be asked.
+func TestSweepRefusesWhatNoCallbackCould(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		txn      string
+		amount   int64
+		currency string
+	}{
+		{"negative amount", "txn-neg", -1999, "EUR"},
+		{"zero amount", "txn-zero", 0, "EUR"},
+		{"largest int64", "txn-max", math.MaxInt64, "EUR"},
+		{"lower-case currency", "txn-eu", 1999, "eu"},
+		{"txn id of 70 characters with a space", strings.Repeat("t", 40) + " " + strings.Repeat("x", 29), 1999, "EUR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := dbtest.New(t)
+			clock := newFakeClock()
+			f := newFakeProvider(t, nil)
+			s := cbNewService(t, d, app.Options{Now: clock.Now}, withTTL(withProviderAPI(f)))
+			o := s.createOrder(t, "bad-answer", 1999, "EUR")
+			bad := cbEvent{Type: "payment.succeeded", OrderNo: o.OrderNo, TxnID: tc.txn, Amount: tc.amount, Currency: tc.currency}
+			f.paid(cbOrder{OrderNo: o.OrderNo, Amount: tc.amount, Currency: tc.currency}, tc.txn)
+			clock.Advance(sweepTTL + time.Second)
+			if c := mustSweep(t, s.app); c.Deferred != 1 || c.Recovered != 0 || c.Closed != 0 {
+				t.Errorf("sweep %+v, want the order deferred", c)
+			}
+			// Refused before the callback use case: nothing was applied,
+			// and no error of the database was counted as one.
+			if n := testutil.CollectAndCount(s.app.Metrics.Callbacks); n != 0 {
+				t.Errorf("%d callback results counted for a refused answer, want none", n)
+			}
+			if got := s.getOrder(t, o.OrderNo); got.Status != "CREATED" {
+				t.Errorf("order %v, want CREATED", got)
+			}
+			for _, table := range []string{"payments", "provider_calls", "ledger_entries"} {
+				if n := d.Count(t, `SELECT COUNT(*) FROM `+table); n != 0 {
+					t.Errorf("%d rows in %s, want none", n, table)
+				}
+			}
+			if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE type = 'payment.flagged'`); n != 0 {
+				t.Errorf("%d payment.flagged events", n)
+			}
+			// The same answer as a callback: refused as invalid.
+			if a := s.send(t, bad); a.Status != http.StatusBadRequest || a.Code != "invalid_request" {
+				t.Errorf("as a callback: %v, want 400 invalid_request", a)
+			}
+			cbReconcileClean(t, d)
+		})
+	}
+}
+
+// TestLateCallbackWithMoreFieldsReplaysTheSweep: the sweep recovered a
+// payment its callback had not brought; the callback that then arrives
+// carries a field the provider adds ("method": "card", and one at the
+// top level). The fingerprint covers the mapped fields only, as the
+// sweep's does, so the callback replays the sweep's answer instead of a
+// permanent 422 idempotency_key_reused.
+func TestLateCallbackWithMoreFieldsReplaysTheSweep(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	clock := newFakeClock()
+	f := newFakeProvider(t, nil)
+	s := cbNewService(t, d, app.Options{Now: clock.Now}, withTTL(withProviderAPI(f)))
+	o := s.createOrder(t, "extra-1", 1999, "EUR")
+	f.paid(o, "txn-extra-1")
+	clock.Advance(sweepTTL + time.Second)
+	if c := mustSweep(t, s.app); c.Recovered != 1 {
+		t.Fatalf("sweep %+v, want 1 recovered", c)
+	}
+	body, err := json.Marshal(map[string]any{"type": "payment.succeeded", "livemode": false, "data": map[string]any{
+		"order_no": o.OrderNo, "txn_id": "txn-extra-1", "amount": o.Amount, "currency": o.Currency, "method": "card"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.deliver(context.Background(), s.deliveryID(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.is(http.StatusOK, "applied") || !a.Replayed {
+		t.Errorf("late callback with more fields: %v, want a replayed 200 applied", a)
 	}
 	cbReconcileClean(t, d)
 }

@@ -121,6 +121,14 @@ type serveProc struct {
 // for the end of the test.
 func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
 	t.Helper()
+	return startServeWith(t, name, dsn, nil, env...)
+}
+
+// startServeWith is startServe with started, if not nil, run on the
+// process as soon as it exists (before it has opened its database pools
+// or its listener); an error fails the test.
+func startServeWith(t *testing.T, name, dsn string, started func(pid int) error, env ...string) *serveProc {
+	t.Helper()
 	cmd := exec.Command(paysvcBin, "serve")
 	cmd.Env = serveEnv(dsn, env)
 	out := newProcOutput()
@@ -129,6 +137,12 @@ func startServe(t *testing.T, name, dsn string, env ...string) *serveProc {
 	p := &serveProc{name: name, cmd: cmd, out: out, exited: make(chan struct{})}
 	if err := testproc.Start(cmd); err != nil {
 		t.Fatalf("%s: start %s serve: %v", name, paysvcBin, err)
+	}
+	if started != nil {
+		if err := started(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 	go func() {
 		p.err = cmd.Wait()

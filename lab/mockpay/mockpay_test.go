@@ -744,7 +744,7 @@ func TestEventsDecodeAsPaysvcReadsThem(t *testing.T) {
 		RefundFailed("ord_1", "rfd_1", "txn_4", 500, "EUR"),
 	} {
 		body, _ := json.Marshal(ev)
-		got, _, err := payments.DecodeEvent(body)
+		got, err := payments.DecodeEvent(body)
 		if err != nil {
 			t.Errorf("%s: paysvc cannot decode %s: %v", ev.Type, body, err)
 			continue

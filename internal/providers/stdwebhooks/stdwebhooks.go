@@ -61,15 +61,12 @@ func (in *Inbound) ParseAt(header http.Header, body []byte, at time.Time) (provi
 }
 
 func (in *Inbound) decode(body []byte) (providers.Parsed, error) {
-	ev, data, err := payments.DecodeEvent(body)
+	ev, err := payments.DecodeEvent(body)
 	if err != nil {
 		return providers.Parsed{}, err
 	}
-	return providers.Parsed{Event: ev, Data: data}, nil
+	return providers.Parsed{Event: ev}, nil
 }
-
-// maxAnswer bounds what is read of a provider's answer.
-const maxAnswer = 1 << 20
 
 // Outbound calls the generic provider API.
 type Outbound struct {
@@ -87,11 +84,7 @@ func NewOutbound(c providers.OutboundConfig) (providers.Outbound, error) {
 	if c.APIKey == "" {
 		return nil, errors.New("api key is empty")
 	}
-	client := c.Client
-	if client == nil {
-		client = &http.Client{Timeout: providers.DefaultTimeout}
-	}
-	return &Outbound{base: strings.TrimSuffix(c.URL, "/"), apiKey: c.APIKey, client: client}, nil
+	return &Outbound{base: strings.TrimSuffix(c.URL, "/"), apiKey: c.APIKey, client: providers.Client(c.Client)}, nil
 }
 
 type refundBody struct {
@@ -154,7 +147,8 @@ func (o *Outbound) PaymentsByOrder(ctx context.Context, orderNo string) ([]provi
 	return out, nil
 }
 
-// do sends req with the API key and decodes a 2xx answer into v.
+// do sends req with the API key and decodes a 2xx answer into v. The
+// client (providers.Client) refuses redirects and bounds the answer.
 func (o *Outbound) do(req *http.Request, v any) error {
 	req.Header.Set("Authorization", "Bearer "+o.apiKey)
 	req.Header.Set("Accept", "application/json")
@@ -163,24 +157,15 @@ func (o *Outbound) do(req *http.Request, v any) error {
 		return providers.Retryable(err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return providers.Retryable(err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return providers.StatusError(resp.StatusCode, trim(raw))
+		return providers.StatusError(resp.StatusCode, providers.Detail(string(raw)))
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		return providers.Retryable(fmt.Errorf("answer: %w", err))
 	}
 	return nil
-}
-
-// trim keeps an error answer short enough for a log line.
-func trim(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
 }

@@ -26,7 +26,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"type":"refund.updated","data":{"object":{"status":"succeeded","metadata":{"order_no":1,"refund_no":null}}}}`))
 	f.Add([]byte(`{"type":"payment_intent.succeeded","data":{"object":{"metadata":{"order_no":"A"},"currency":"ǆǆǆ"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		ev, data, err := Parse(body)
+		ev, err := Parse(body)
 		var ve *validate.Error
 		switch {
 		case errors.Is(err, providers.ErrUnhandled), errors.As(err, &ve):
@@ -34,9 +34,9 @@ func FuzzParse(f *testing.F) {
 		case err != nil:
 			t.Fatalf("unexpected error kind: %v", err)
 		}
-		again, data2, err := payments.DecodeEvent(append(append([]byte(`{"type":"`+string(ev.Type)+`","data":`), data...), '}'))
-		if err != nil || again != ev || string(data2) != string(data) {
-			t.Fatalf("mapped event does not round-trip: %+v %s (%v)", again, data2, err)
+		again, err := payments.DecodeEvent(payments.EventBody(ev))
+		if err != nil || again != ev {
+			t.Fatalf("mapped event does not round-trip: %+v (%v)", again, err)
 		}
 	})
 }

@@ -43,11 +43,11 @@ func (in *Inbound) Parse(header http.Header, body []byte) (providers.Parsed, err
 	if err := in.v.Verify(header, body); err != nil {
 		return providers.Parsed{}, err
 	}
-	ev, data, err := Parse(body)
+	ev, err := Parse(body)
 	if err != nil {
 		return providers.Parsed{}, err
 	}
-	return providers.Parsed{Event: ev, Data: data}, nil
+	return providers.Parsed{Event: ev}, nil
 }
 
 // ParseAt implements providers.InboundAt: VerifyAt, then Parse.
@@ -55,11 +55,11 @@ func (in *Inbound) ParseAt(header http.Header, body []byte, at time.Time) (provi
 	if err := in.v.VerifyAt(header, body, at); err != nil {
 		return providers.Parsed{}, err
 	}
-	ev, data, err := Parse(body)
+	ev, err := Parse(body)
 	if err != nil {
 		return providers.Parsed{}, err
 	}
-	return providers.Parsed{Event: ev, Data: data}, nil
+	return providers.Parsed{Event: ev}, nil
 }
 
 // Verifier checks Stripe-Signature with the endpoint's signing secrets.
@@ -189,42 +189,40 @@ const (
 )
 
 // Parse maps a verified Stripe event to one of paysvc's provider events
-// (README.md, "Provider callbacks") and returns it with the canonical form of
-// its data, the callback's fingerprint input. A well-formed event paysvc does
-// not act on is providers.ErrUnhandled; a malformed one is a validate.Error
-// (400).
+// (README.md, "Provider callbacks"). A well-formed event paysvc does not act
+// on is providers.ErrUnhandled; a malformed one is a validate.Error (400).
 //
 // Stripe's own types (stripe.Event, stripe.PaymentIntent) are not used to
 // decode: they follow the API version stripe-go is pinned to, while an
 // endpoint receives events in the version it was created with. The fields
 // read here (id, amount, amount_received, currency, status, metadata) are
 // the same in every version.
-func Parse(body []byte) (payments.Event, []byte, error) {
+func Parse(body []byte) (payments.Event, error) {
 	tree, err := canonjson.Parse(body)
 	if err != nil {
-		return payments.Event{}, nil, validate.Invalid("", err.Error())
+		return payments.Event{}, validate.Invalid("", err.Error())
 	}
 	root, ok := tree.(map[string]any)
 	if !ok {
-		return payments.Event{}, nil, validate.Invalid("", "stripe event must be a JSON object")
+		return payments.Event{}, validate.Invalid("", "stripe event must be a JSON object")
 	}
 	typ, _ := root["type"].(string)
 	switch typ {
 	case typePaymentSucceeded, typePaymentFailed, typeRefundCreated, typeRefundUpdated:
 	case "":
-		return payments.Event{}, nil, validate.Invalid("type", "is required and must be a string")
+		return payments.Event{}, validate.Invalid("type", "is required and must be a string")
 	default:
-		return payments.Event{}, nil, fmt.Errorf("stripe type %s: %w", validate.Quote(typ), providers.ErrUnhandled)
+		return payments.Event{}, fmt.Errorf("stripe type %s: %w", validate.Quote(typ), providers.ErrUnhandled)
 	}
 	data, _ := root["data"].(map[string]any)
 	obj, ok := data["object"].(map[string]any)
 	if !ok {
-		return payments.Event{}, nil, validate.Invalid("data.object", "is required and must be an object")
+		return payments.Event{}, validate.Invalid("data.object", "is required and must be an object")
 	}
 	meta, _ := obj["metadata"].(map[string]any)
 	orderNo, ours := meta[metaOrderNo]
 	if !ours {
-		return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.order_no: %w", typ, providers.ErrUnhandled)
+		return payments.Event{}, fmt.Errorf("stripe %s without metadata.order_no: %w", typ, providers.ErrUnhandled)
 	}
 	mapped := map[string]any{
 		"order_no": orderNo,
@@ -249,11 +247,11 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 		default:
 			// pending, requires_action, canceled: not settled yet, or
 			// not a state a refund event has; the settling update follows.
-			return payments.Event{}, nil, fmt.Errorf("stripe %s with status %s: %w", typ, validate.Quote(status), providers.ErrUnhandled)
+			return payments.Event{}, fmt.Errorf("stripe %s with status %s: %w", typ, validate.Quote(status), providers.ErrUnhandled)
 		}
 		refundNo, ours := meta[metaRefundNo]
 		if !ours {
-			return payments.Event{}, nil, fmt.Errorf("stripe %s without metadata.refund_no: %w", typ, providers.ErrUnhandled)
+			return payments.Event{}, fmt.Errorf("stripe %s without metadata.refund_no: %w", typ, providers.ErrUnhandled)
 		}
 		mapped["refund_no"], mapped["amount"] = refundNo, obj["amount"]
 	}
@@ -264,12 +262,12 @@ func Parse(body []byte) (payments.Event, []byte, error) {
 	}
 	// The generic decoder validates the mapped event by the same rules as
 	// every provider's (lengths, printable txn_id, amount range, ISO
-	// currency) and returns the canonical data.
-	ev, canon, err := payments.DecodeEvent(canonjson.Append(nil, map[string]any{"type": string(to), "data": mapped}))
+	// currency).
+	ev, err := payments.DecodeEvent(canonjson.Append(nil, map[string]any{"type": string(to), "data": mapped}))
 	if err != nil {
-		return payments.Event{}, nil, fmt.Errorf("stripe %s mapped to %s: %w", typ, to, err)
+		return payments.Event{}, fmt.Errorf("stripe %s mapped to %s: %w", typ, to, err)
 	}
-	return ev, canon, nil
+	return ev, nil
 }
 
 // upper upper-cases a currency: Stripe writes "usd", ISO 4217 and paysvc

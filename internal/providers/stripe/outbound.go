@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -34,10 +33,9 @@ func NewOutbound(c providers.OutboundConfig) (providers.Outbound, error) {
 	if c.APIKey == "" {
 		return nil, errors.New("api key is empty")
 	}
-	hc := c.Client
-	if hc == nil {
-		hc = &http.Client{Timeout: providers.DefaultTimeout}
-	}
+	// No redirects, bounded answers: stripe-go takes any status below 400
+	// as success.
+	hc := providers.Client(c.Client)
 	backend := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
 		URL:        stripego.String(strings.TrimSuffix(c.URL, "/")),
 		HTTPClient: hc,
@@ -163,15 +161,7 @@ func classify(err error) error {
 		if se.Msg != "" {
 			detail += ": " + se.Msg
 		}
-		return providers.StatusError(se.HTTPStatusCode, trim(detail))
+		return providers.StatusError(se.HTTPStatusCode, providers.Detail(detail))
 	}
 	return providers.Retryable(err)
-}
-
-// trim keeps a provider's message short enough for a log line.
-func trim(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
 }

@@ -4,17 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v82"
 
+	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/providers"
 )
 
@@ -129,7 +131,7 @@ func TestNewOutboundRefuses(t *testing.T) {
 func TestSweptPaymentIsTheWebhooksEvent(t *testing.T) {
 	t.Parallel()
 	body := fixture(t, "payment_intent.succeeded.json")
-	ev, data, err := Parse(body)
+	ev, err := Parse(body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +148,65 @@ func TestSweptPaymentIsTheWebhooksEvent(t *testing.T) {
 		p.Amount != ev.Amount || p.Currency != ev.Currency {
 		t.Fatalf("swept %+v, webhook %+v", p, ev)
 	}
-	// The fingerprint input a sweep would build from p.
-	swept := fmt.Sprintf(`{"amount":%d,"currency":%q,"order_no":%q,"txn_id":%q}`, p.Amount, p.Currency, p.OrderNo, p.TxnID)
-	if swept != string(data) {
-		t.Fatalf("fingerprint input: swept %s, webhook %s", swept, data)
+	// The event, and so the fingerprint input, the sweep builds from p.
+	swept, err := p.SucceededEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if swept != ev || string(payments.EventData(swept)) != string(payments.EventData(ev)) {
+		t.Fatalf("swept %+v (%s), webhook %+v (%s)", swept, payments.EventData(swept), ev, payments.EventData(ev))
+	}
+}
+
+// A Stripe API that redirects is never followed: the 302 carries a
+// refund object that would read as accepted, and its Location a server
+// that would answer a refund too; neither is taken, and the other server
+// gets nothing (no Authorization: Bearer sk_… there). An answer larger
+// than providers.MaxAnswer is a failed attempt as well. Both are
+// retryable: the outbox tries again on its schedule.
+func TestRedirectsAndHugeAnswersAreFailedAttempts(t *testing.T) {
+	t.Parallel()
+	refund := `{"id":"re_1","object":"refund","amount":1,"currency":"usd","status":"succeeded"}`
+	var elsewhere []string
+	var mu sync.Mutex
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		elsewhere = append(elsewhere, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, refund)
+	}))
+	defer other.Close()
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request)
+	}{
+		{"302 with a refund body", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", other.URL+r.URL.Path)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusFound)
+			_, _ = io.WriteString(w, refund)
+		}},
+		{"307 elsewhere", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", other.URL+"/steal")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		}},
+		{"answer over the bound", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, strings.TrimSuffix(refund, "}")+`,"description":"`+strings.Repeat("x", providers.MaxAnswer)+`"}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(tc.answer))
+			defer srv.Close()
+			if err := refundOnce(t, srv.URL, 5*time.Second); !errors.Is(err, providers.ErrRetryable) {
+				t.Fatalf("err = %v, want retryable", err)
+			}
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(elsewhere) != 0 {
+		t.Errorf("the other server got %q", elsewhere)
 	}
 }
