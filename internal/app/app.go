@@ -155,14 +155,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
-	if err != nil {
-		_ = db.Close(gdb)
-		_ = db.Close(reserve)
-		_ = db.Close(relayPool)
-		closePre()
-		return nil, err
+	var keys *keyring
+	if err == nil {
+		keys, err = openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
 	}
-	keys, err := openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)

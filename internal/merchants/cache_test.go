@@ -493,3 +493,36 @@ func TestCacheDropsAndBounds(t *testing.T) {
 		t.Fatalf("full cache: %d statements (want 4: one for the cached key, one per request for the other), %d entries", n, c)
 	}
 }
+
+// BenchmarkMerchant: what authentication costs a request in steady state,
+// an environment key against a cached database key (the CPU behind the
+// bench program's section (k)).
+func BenchmarkMerchant(b *testing.B) {
+	d := dbtest.New(b)
+	requests, err := db.OpenPool(d.Config, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(requests)
+	ctx := context.Background()
+	if _, err := CreateMerchant(ctx, d.Gorm, "acme", "", time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	key, _, err := CreateKey(ctx, d.Gorm, "acme", 0, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := NewAuthenticator(map[string]string{envKey: "acme"}, NewCache(requests, requests, CacheOptions{}))
+	for _, bc := range []struct{ name, key string }{{"env", envKey}, {"db", key}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if m, err := auth.Merchant(ctx, bc.key); m != "acme" || err != nil {
+						b.Fatal(m, err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -78,8 +78,17 @@ func base62Char(b byte) (byte, bool) {
 	return base62[b%62], true
 }
 
-// HashKey is what api_keys keeps of a key.
-func HashKey(key string) [32]byte { return sha256.Sum256([]byte(key)) }
+// HashKey is what api_keys keeps of a key. A key up to the longest a
+// database key may be is hashed from a copy on the stack: converting it
+// would allocate on every request (Go converts on the stack up to 32
+// bytes only).
+func HashKey(key string) [32]byte {
+	var buf [len(KeyPrefix) + maxKeyChars]byte
+	if len(key) <= len(buf) {
+		return sha256.Sum256(buf[:copy(buf[:], key)])
+	}
+	return sha256.Sum256([]byte(key))
+}
 
 // wellFormed reports whether key can be a database key, checked before it
 // is hashed or looked up: anything else is refused without a read.
@@ -89,7 +98,7 @@ func wellFormed(key string) bool {
 		return false
 	}
 	for i := 0; i < len(body); i++ {
-		if strings.IndexByte(base62, body[i]) < 0 {
+		if b := body[i]; !(b >= '0' && b <= '9' || b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z') {
 			return false
 		}
 	}

@@ -138,32 +138,9 @@ func TestCreateKeyStoresNoKey(t *testing.T) {
 // dumpTable renders every column of every row of table as text.
 func dumpTable(t testing.TB, d *dbtest.DB, table string) string {
 	t.Helper()
-	rows, err := d.Gorm.Raw("SELECT * FROM " + table).Rows()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			if raw, ok := v.([]byte); ok {
-				v = string(raw)
-			}
-			fmt.Fprintf(&b, "%s=%v ", cols[i], v)
-		}
-		b.WriteString("\n")
+	for _, row := range d.Rows(t, "SELECT * FROM "+table) {
+		fmt.Fprintln(&b, row)
 	}
 	return b.String()
 }

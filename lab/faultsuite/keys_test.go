@@ -293,49 +293,20 @@ func TestDatabaseKeysAcrossInstances(t *testing.T) {
 // idempotent responses decoded.
 func dumpDatabase(t *testing.T, d *dbtest.DB) string {
 	t.Helper()
-	ctx := context.Background()
-	var tables []string
-	if err := d.Gorm.Raw(`SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?`, d.Name).Scan(&tables).Error; err != nil {
-		t.Fatal(err)
-	}
 	codec := idempotency.NewCodec()
 	var b strings.Builder
-	for _, table := range tables {
-		rows, err := d.Gorm.WithContext(ctx).Raw("SELECT * FROM `" + table + "`").Rows()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			row := map[string]any{}
-			for i, v := range vals {
-				if raw, ok := v.([]byte); ok {
-					v = string(raw)
-				}
-				row[cols[i]] = v
-				fmt.Fprintf(&b, "%s.%s=%v ", table, cols[i], v)
-			}
-			if table == "idempotency_records" && row["response"] != nil {
+	for _, table := range d.Rows(t, `SELECT TABLE_NAME AS name FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?`, d.Name) {
+		for _, row := range d.Rows(t, "SELECT * FROM `"+fmt.Sprint(table["name"])+"`") {
+			fmt.Fprintln(&b, table["name"], row)
+			if table["name"] == "idempotency_records" && row["response"] != nil {
 				status, _ := strconv.Atoi(fmt.Sprint(row["response_status"]))
 				format, _ := strconv.Atoi(fmt.Sprint(row["response_format"]))
 				resp, err := codec.Decode(status, uint8(format), []byte(row["response"].(string)))
 				if err != nil {
 					t.Fatalf("decode a stored response: %v", err)
 				}
-				fmt.Fprintf(&b, "decoded=%s %s ", resp.Location, resp.Body)
+				fmt.Fprintf(&b, "  decoded: %s %s\n", resp.Location, resp.Body)
 			}
-			b.WriteString("\n")
-		}
-		if err := rows.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
 	return b.String()
