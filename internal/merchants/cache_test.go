@@ -296,8 +296,9 @@ func TestCacheRandomKeyFlood(t *testing.T) {
 	if got := testutil.ToFloat64(f.lookups.WithLabelValues("found")); got != 1 {
 		t.Errorf("%v reads of found keys, want 1 (the good key's first use)", got)
 	}
-	if open > lookupSlots {
-		t.Errorf("the flood opened %d connections of the request pool, want at most %d", open, lookupSlots)
+	// README.md promises 4; the pool would let the flood open 32.
+	if open > 4 {
+		t.Errorf("the flood opened %d connections of the request pool, want at most 4", open)
 	}
 	if n := f.cache.Len(); n != 1 {
 		t.Errorf("%d cached keys after the flood, want 1", n)

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -146,11 +147,26 @@ func EnsureMerchants(ctx context.Context, gdb *gorm.DB, ids []string, now time.T
 	}
 	// Not INSERT IGNORE: it would turn every other error into a warning.
 	q = append(q, " ON DUPLICATE KEY UPDATE merchant_id = merchant_id"...)
-	if _, err := db.Exec(ctx, gdb, string(q), args...); err != nil {
-		return fmt.Errorf("record the merchants of PAYSVC_API_KEYS: %w", err)
+	// On a multi-primary cluster, nodes inserting the same rows at once
+	// conflict at certification (1213) instead of queueing: run it again.
+	for attempt := 1; ; attempt++ {
+		_, err := db.Exec(ctx, gdb, string(q), args...)
+		if err == nil {
+			return nil
+		}
+		if !db.IsRetryable(err) || attempt == maxEnsureAttempts {
+			return fmt.Errorf("record the merchants of PAYSVC_API_KEYS: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("record the merchants of PAYSVC_API_KEYS: %w", ctx.Err())
+		case <-time.After(time.Duration(attempt) * (20*time.Millisecond + rand.N(30*time.Millisecond))):
+		}
 	}
-	return nil
 }
+
+// maxEnsureAttempts bounds EnsureMerchants' runs of its one statement.
+const maxEnsureAttempts = 5
 
 // ListMerchants returns every merchant, by id.
 func ListMerchants(ctx context.Context, gdb *gorm.DB) ([]Merchant, error) {
