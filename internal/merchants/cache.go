@@ -45,7 +45,8 @@ const (
 	// MaxEntries bounds the cache. Only existing keys enter it, and an
 	// entry goes once its key has not been presented for idleMinutes, so
 	// reaching it takes more than 10,000 distinct keys in use on one
-	// instance; keys beyond it are read at every request.
+	// instance; keys beyond it are read at every request, and their last
+	// use is not recorded.
 	MaxEntries  = 10_000
 	idleMinutes = 2
 	// lookupSlots bounds the reads of keys not cached running at once.

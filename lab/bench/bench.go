@@ -361,7 +361,7 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 	}
 	if !b.opts.Skip[SectionKeys] {
 		fmt.Fprintf(b.stdout, "\n== (k) POST /v1/orders with a key of PAYSVC_API_KEYS (env) vs a key of api_keys (db, cached); 1/3 repeats; rounds alternate which goes first ==\n")
-		ks, err := b.keysSection(ctx, svc)
+		ks, err := b.keysSection(ctx, svc, raw, sc.cfg.Addr)
 		rep.Keys = ks
 		if err != nil {
 			return fmt.Errorf("keys: %w", err)
@@ -515,6 +515,10 @@ func (b *bench) summary(rep *Report) {
 	for _, k := range rep.Keys {
 		fmt.Fprintf(w, "  keys      N=%-3d env key %8.1f ops/s p99 %6sms | db key %8.1f ops/s p99 %6sms | db/env %.2f (≥ %.2f %s), paired %.2f\n",
 			k.N, k.Env.MedianRate, ms(k.Env.P99), k.DB.MedianRate, ms(k.DB.P99), k.Ratio, KeysTarget, metMissed(k.Met), k.PairedRatio)
+		if len(k.Costs) == 2 {
+			fmt.Fprintf(w, "            CPU per request env %.1f µs | db %.1f µs (%.2f)\n", float64(k.Costs[0].BenchCPUPerOp.Nanoseconds())/1000,
+				float64(k.Costs[1].BenchCPUPerOp.Nanoseconds())/1000, ratio(float64(k.Costs[1].BenchCPUPerOp), float64(k.Costs[0].BenchCPUPerOp)))
+		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
 }

@@ -77,6 +77,9 @@ func TestQuickRun(t *testing.T) {
 				t.Errorf("keys N=%d %s key: %d rounds (want 2), %d errors (first: %s), %v ops/s", k.N, side, len(c.Rounds), c.Errs, c.FirstErr, c.MedianRate)
 			}
 		}
+		if len(k.Costs) != 2 || !(k.Costs[0].BenchCPUPerOp > 0) || !(k.Costs[1].BenchCPUPerOp > 0) {
+			t.Errorf("keys N=%d: costs %+v", k.N, k.Costs)
+		}
 		if !(k.Ratio > 0) || !(k.PairedRatio > 0) {
 			t.Errorf("keys N=%d: ratios %v, %v", k.N, k.Ratio, k.PairedRatio)
 		}

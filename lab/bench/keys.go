@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"time"
@@ -29,9 +30,12 @@ type KeysComparison struct {
 	// back to back.
 	Ratio, PairedRatio float64
 	Met                bool
+	// Costs per operation, env then db: this process's CPU (client and
+	// service) is what a busy shared machine disturbs least.
+	Costs []Cost
 }
 
-func (b *bench) keysSection(ctx context.Context, svc *service) ([]KeysComparison, error) {
+func (b *bench) keysSection(ctx context.Context, svc *service, status *sql.DB, addr string) ([]KeysComparison, error) {
 	dbKey, _, err := merchants.CreateKey(ctx, svc.app.DB, merchantID, 0, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("create a database key: %w", err)
@@ -42,6 +46,7 @@ func (b *bench) keysSection(ctx context.Context, svc *service) ([]KeysComparison
 	var out []KeysComparison
 	for _, n := range b.opts.Ns {
 		c := KeysComparison{N: n}
+		meter := newCostMeter(status, addr)
 		var envSamples, dbSamples []sample
 		for r := 1; r <= rounds; r++ {
 			order := []*side{env, dbs}
@@ -53,10 +58,11 @@ func (b *bench) keysSection(ctx context.Context, svc *service) ([]KeysComparison
 				if sd == dbs {
 					cell, samples = &c.DB, &dbSamples
 				}
-				s, err := b.runRound(ctx, SectionKeys, n, r, sd, cell, nil)
+				s, err := b.runRound(ctx, SectionKeys, n, r, sd, cell, meter.window(ctx, sd.name))
 				if err != nil {
 					return out, err
 				}
+				meter.add(sd.name, cell.Rounds[len(cell.Rounds)-1].Ops)
 				*samples = append(*samples, s...)
 			}
 		}
@@ -69,6 +75,10 @@ func (b *bench) keysSection(ctx context.Context, svc *service) ([]KeysComparison
 		}
 		c.PairedRatio = median(paired)
 		c.Met = c.Ratio >= KeysTarget
+		if meter.err != nil {
+			return out, meter.err
+		}
+		c.Costs = meter.costs(env.name, dbs.name)
 		out = append(out, c)
 		printKeys(b.stdout, c)
 	}
@@ -91,6 +101,10 @@ func printKeys(w io.Writer, c KeysComparison) {
 	fmt.Fprintf(w, "  %-7s %12.1f %12.1f %8.2f   %8s %8s   %8s %8s   (paired median %.2f)\n",
 		"median", c.Env.MedianRate, c.DB.MedianRate, c.Ratio, ms(c.Env.P50), ms(c.Env.P99), ms(c.DB.P50), ms(c.DB.P99), c.PairedRatio)
 	fmt.Fprintf(w, "  target   db/env %.2f (≥ %.2f) %s\n", c.Ratio, KeysTarget, metMissed(c.Met))
+	for _, k := range c.Costs {
+		fmt.Fprintf(w, "  cost     %-7s %6.1f µs CPU of this process per request, %.2f statements (the server's global count)\n",
+			k.Side, float64(k.BenchCPUPerOp.Nanoseconds())/1000, k.StatementsPerOp)
+	}
 	if c.Env.Errs+c.DB.Errs > 0 {
 		fmt.Fprintf(w, "  errors   env %d (first: %s)  db %d (first: %s)\n", c.Env.Errs, c.Env.FirstErr, c.DB.Errs, c.DB.FirstErr)
 	}
