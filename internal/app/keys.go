@@ -33,10 +33,15 @@ const upkeepConns = 2
 // openKeyring records the merchants of PAYSVC_API_KEYS (created if
 // missing: concurrent starts are safe) and starts the cache's loop.
 // Lookups of keys not cached run on requests, the request pool.
+//
+// A failure to record the merchants does not stop the start: their keys
+// are accepted from memory all the same, and a schema not migrated yet
+// (PAYSVC_AUTO_MIGRATE=false) must not keep serve from starting.
 func openKeyring(ctx context.Context, cfg config.Config, dbcfg *db.MySQLConfig, requests *gorm.DB,
 	m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*keyring, error) {
 	if err := merchants.EnsureMerchants(ctx, requests, merchants.EnvMerchants(cfg.APIKeys), now()); err != nil {
-		return nil, err
+		log.Warn("the merchants of PAYSVC_API_KEYS are not recorded in merchants; their keys work, and the next start tries again",
+			"err", err.Error())
 	}
 	pool, err := db.OpenPool(db.BackgroundConfig(dbcfg), upkeepConns)
 	if err != nil {

@@ -206,6 +206,13 @@ func TestDatabaseKeysAcrossInstances(t *testing.T) {
 	for i := range procs {
 		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i+1), d.DSN, "PAYSVC_LOG_LEVEL=debug")
 	}
+	// The three started together, each recording PAYSVC_API_KEYS's
+	// merchant: one row, and the operator's merchant left as it was.
+	if out, code := run.command(t, d.DSN, "merchants", "list"); code != 0 ||
+		!regexp.MustCompile(`(?m)^id `+merchant+` created \S+ name ""$`).MatchString(out) || !strings.Contains(out, `id shop created `) ||
+		!strings.HasSuffix(out, `name "Shop Ltd"`+"\n") || strings.Count(out, "\n") != 2 {
+		t.Fatalf("merchants list after the starts: exit %d\n%s", code, out)
+	}
 	var orderNo string
 	for i, p := range procs {
 		orderNo = createWith(t, p.URL, first, fmt.Sprintf("keys-%d", i))
