@@ -191,9 +191,9 @@ func newFlags() *flag.FlagSet {
 	return fs
 }
 
-// parseArgs parses fs's flags wherever they stand among args (the
-// contract writes "keys roll KEY_ID --expires-in 1h"; flags first work
-// too) and returns the other arguments. -h prints the usage and returns
+// parseArgs parses fs's flags wherever they stand among args (README.md
+// writes "keys roll KEY_ID --expires-in D"; flags first work too) and
+// returns the other arguments. -h prints the usage and returns
 // errHelpShown.
 func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
 	pos := []string{}
