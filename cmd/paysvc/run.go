@@ -32,6 +32,20 @@ Usage:
   paysvc settle --date YYYY-MM-DD [--merchant ID]
                                the daily settlement of a UTC day, per merchant and currency, from the
                                ledger; prints each new settlement, then "settled N new, M existing"
+  paysvc merchants create ID [--name NAME]
+                               add a merchant; prints "created ID"
+  paysvc merchants list        one line per merchant
+  paysvc keys create --merchant ID [--expires-in DURATION]
+                               a new API key: the key alone on the first line (its only appearance),
+                               then "id key_... prefix sk_xxxx expires ..."
+  paysvc keys list [--merchant ID]
+                               id, merchant, prefix, created, expires, revoked, last used; never a key
+  paysvc keys roll KEY_ID [--expires-in DURATION]
+                               a new key for the key's merchant, printed as by create; the old key
+                               works DURATION more (default 24h; 0: it stops now)
+  paysvc keys revoke KEY_ID    refuse the key from now on, on every instance within 5 s
+                               merchants and keys exit 0 done, 1 refused (one line says why),
+                               2 database not reachable
   paysvc --help                this text
 
 Configuration comes from PAYSVC_* environment variables; see README.md.
@@ -88,6 +102,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return reconcileCmd(ctx, cfg, stdout)
 	case "settle":
 		return settleCmd(ctx, cfg, args[1:], stdout)
+	case "merchants":
+		return merchantsCmd(ctx, cfg, args[1:], stdout)
+	case "keys":
+		return keysCmd(ctx, cfg, args[1:], stdout)
 	}
 	return usageError("unknown command %q", args[0])
 }
@@ -105,8 +123,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, args []stri
 		return usageError("serve takes no arguments")
 	}
 	log.Info("starting", "config", cfg)
-	if len(cfg.APIKeys) == 0 {
-		log.Warn("PAYSVC_API_KEYS is empty: every merchant request will get 401")
+	if len(cfg.APIKeys) > 0 {
+		log.Info("PAYSVC_API_KEYS is set: keys for development and the demo; in production use database keys (paysvc keys create, README.md)")
 	}
 	a, err := app.Open(ctx, cfg, log, app.Options{})
 	if err != nil {

@@ -57,6 +57,7 @@ type App struct {
 	// intake both call it.
 	Callbacks *callbacks.Handler
 	precheck  *precheck.Checker // nil without PAYSVC_REDIS_URL
+	keys      *keyring          // merchant authentication (keys.go)
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -159,6 +160,10 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		return nil, err
 	}
 	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
+	var keys *keyring
+	if err == nil {
+		keys, err = openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
+	}
 	if err != nil {
 		_ = db.Close(gdb)
 		_ = db.Close(reserve)
@@ -181,7 +186,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Engine:         engine,
 		Orders:         ordersSvc,
 		Metrics:        m,
-		APIKeys:        cfg.APIKeys,
+		Auth:           keys.auth,
 		IdempotencyTTL: cfg.IdempotencyTTL,
 		Payments:       paymentsSvc,
 		Providers:      registry,
@@ -195,7 +200,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, precheck: pre, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
-		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry}, nil
+		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry, keys: keys}, nil
 }
 
 // reserveConns sizes the reserve pool: reading back a commit whose answer
@@ -303,7 +308,7 @@ func (a *App) consumeNATS(ctx context.Context) {
 
 // Close releases the database pools.
 func (a *App) Close() error {
-	err := errors.Join(db.Close(a.DB), db.Close(a.Reserve))
+	err := errors.Join(a.keys.close(), db.Close(a.DB), db.Close(a.Reserve))
 	if a.notify != nil {
 		err = errors.Join(err, db.Close(a.notify.pool))
 	}

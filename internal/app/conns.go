@@ -32,7 +32,7 @@ func MaxConns(cfg config.Config, fileLimit uint64, known bool) (int, error) {
 		}
 		return unknownFileLimitConns, nil
 	}
-	others := uint64(cfg.DBMaxConns + reserveConns + relayConns + fileReserve)
+	others := uint64(cfg.DBMaxConns + reserveConns + relayConns + upkeepConns + fileReserve)
 	room := 0
 	if fileLimit > others {
 		room = int(min(fileLimit-others, 1<<30))

@@ -22,9 +22,9 @@ func TestMaxConns(t *testing.T) {
 		want      int
 		wantError bool
 	}{
-		{"default from 512 files", 0, 512, true, 216, false},
-		{"default from 1024 files", 0, 1024, true, 728, false},
-		{"default from 65536 files", 0, 65536, true, 65240, false},
+		{"default from 512 files", 0, 512, true, 214, false},
+		{"default from 1024 files", 0, 1024, true, 726, false},
+		{"default from 65536 files", 0, 65536, true, 65238, false},
 		{"unlimited files", 0, ^uint64(0), true, 1 << 30, false},
 		{"explicit, below the limit", 100, 512, true, 100, false},
 		{"explicit, above what the limit leaves", 300, 512, true, 0, true},

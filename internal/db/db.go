@@ -259,3 +259,9 @@ func Exec(ctx context.Context, gdb *gorm.DB, query string, args ...any) (int64, 
 func QueryRow(ctx context.Context, gdb *gorm.DB, query string, args ...any) *sql.Row {
 	return gdb.Statement.ConnPool.QueryRowContext(ctx, query, args...)
 }
+
+// Query runs one hand-written query that returns rows, on the connection
+// or transaction behind gdb; see Exec.
+func Query(ctx context.Context, gdb *gorm.DB, query string, args ...any) (*sql.Rows, error) {
+	return gdb.Statement.ConnPool.QueryContext(ctx, query, args...)
+}

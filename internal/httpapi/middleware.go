@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -126,37 +125,29 @@ func (s *server) recovery(c *gin.Context) {
 	c.Next()
 }
 
-// authenticator maps API keys to merchants. Keys are looked up by their
-// SHA-256: the map never holds key material, and a lookup's timing depends
-// on a hash the caller cannot steer, not on how much of a real key matched.
-type authenticator struct {
-	merchants map[[32]byte]string
-}
-
-func newAuthenticator(apiKeys map[string]string) *authenticator {
-	a := &authenticator{merchants: make(map[[32]byte]string, len(apiKeys))}
-	for key, merchant := range apiKeys {
-		a.merchants[sha256.Sum256([]byte(key))] = merchant
-	}
-	return a
-}
-
-func (a *authenticator) middleware(s *server) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		// The scheme name is case-insensitive (RFC 9110 §11.1).
-		scheme, token, ok := strings.Cut(c.GetHeader("Authorization"), " ")
-		merchant := ""
-		if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
-			merchant = a.merchants[sha256.Sum256([]byte(token))]
-		}
-		if merchant == "" {
-			c.Header("WWW-Authenticate", `Bearer realm="paysvc"`)
-			s.fail(c, ErrUnauthorized)
+// authenticate finds the merchant of the request's bearer key
+// (merchants.Authenticator). An unknown, expired or revoked key is one
+// 401 with one detail, whichever it was; a key that could not be looked up
+// is a 503, since it may be good.
+func (s *server) authenticate(c *gin.Context) {
+	// The scheme name is case-insensitive (RFC 9110 §11.1).
+	scheme, token, ok := strings.Cut(c.GetHeader("Authorization"), " ")
+	merchant := ""
+	if ok && strings.EqualFold(scheme, "Bearer") && token != "" {
+		m, err := s.auth.Merchant(c.Request.Context(), token)
+		if err != nil {
+			s.fail(c, err)
 			return
 		}
-		c.Set(merchantKey, merchant)
-		c.Next()
+		merchant = m
 	}
+	if merchant == "" {
+		c.Header("WWW-Authenticate", `Bearer realm="paysvc"`)
+		s.fail(c, ErrUnauthorized)
+		return
+	}
+	c.Set(merchantKey, merchant)
+	c.Next()
 }
 
 func merchantOf(c *gin.Context) string { return c.GetString(merchantKey) }

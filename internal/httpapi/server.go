@@ -19,6 +19,7 @@ import (
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/merchants"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -34,7 +35,9 @@ type Deps struct {
 	Engine  *idempotency.Engine
 	Orders  *orders.Service
 	Metrics *metrics.Metrics
-	// APIKeys maps an API key to its merchant id.
+	// Auth finds the merchant of a bearer key; when nil, the keys of
+	// APIKeys (an API key -> its merchant id) are the only ones.
+	Auth    *merchants.Authenticator
 	APIKeys map[string]string
 	// IdempotencyTTL is the window of merchant requests.
 	IdempotencyTTL time.Duration
@@ -66,7 +69,7 @@ type server struct {
 	engine  *idempotency.Engine
 	orders  *orders.Service
 	metrics *metrics.Metrics
-	auth    *authenticator
+	auth    *merchants.Authenticator
 	ttl     time.Duration
 	reserve *gorm.DB
 
@@ -87,7 +90,7 @@ func New(d Deps) *gin.Engine {
 		engine:  d.Engine,
 		orders:  d.Orders,
 		metrics: d.Metrics,
-		auth:    newAuthenticator(d.APIKeys),
+		auth:    d.Auth,
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
 
@@ -101,6 +104,9 @@ func New(d Deps) *gin.Engine {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.auth == nil {
+		s.auth = merchants.NewAuthenticator(d.APIKeys, nil)
 	}
 	if s.callbacks == nil {
 		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Providers: d.Providers,
@@ -127,7 +133,7 @@ func New(d Deps) *gin.Engine {
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 
 	v1 := r.Group("/v1", readBody)
-	merchant := v1.Group("", s.auth.middleware(s))
+	merchant := v1.Group("", s.authenticate)
 	merchant.POST("/orders", s.createOrder)
 	merchant.GET("/orders/:order_no", s.getOrder)
 	merchant.POST("/orders/:order_no/cancel", s.cancelOrder)

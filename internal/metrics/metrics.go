@@ -40,6 +40,10 @@ type Metrics struct {
 	// RedisPrecheck{result}: replayed, in_flight, miss or error
 	// (README.md, "Tokens and the Redis pre-check"); zero unless PAYSVC_REDIS_URL is set.
 	RedisPrecheck *prometheus.CounterVec
+	// APIKeyLookups{result}: reads of API keys the cache did not hold
+	// (internal/merchants): found, unknown or error. Zero in steady state;
+	// a climb of unknown is someone trying keys.
+	APIKeyLookups *prometheus.CounterVec
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -104,6 +108,14 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.SweepOrders)
 	for _, r := range []string{"closed", "recovered", "deferred"} {
 		m.SweepOrders.WithLabelValues(r)
+	}
+	m.APIKeyLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paysvc_api_key_lookups_total",
+		Help: "Database reads of API keys not cached, by result (found, unknown, error).",
+	}, []string{"result"})
+	m.Registry.MustRegister(m.APIKeyLookups)
+	for _, r := range []string{"found", "unknown", "error"} {
+		m.APIKeyLookups.WithLabelValues(r)
 	}
 	return m
 }

@@ -15,6 +15,8 @@
 //	dbwork     (j) the database work per request: callbacks and orders
 //	           with a committed claim and in one commit, raw and over
 //	           HTTP, against the minimal deduplicating transaction
+//	keys       (k) POST /v1/orders with a database key against an
+//	           environment key
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -61,6 +63,9 @@ const (
 	// SectionDBWork is the database work per request against the minimal
 	// transaction (dbwork.go, j).
 	SectionDBWork = "dbwork"
+	// SectionKeys compares a database key with an environment key
+	// (keys.go).
+	SectionKeys = "keys"
 )
 
 var sectionAliases = map[string]string{
@@ -74,6 +79,7 @@ var sectionAliases = map[string]string{
 	"h": SectionSettle, SectionSettle: SectionSettle,
 	"i": SectionDupStorm, SectionDupStorm: SectionDupStorm,
 	"j": SectionDBWork, SectionDBWork: SectionDBWork,
+	"k": SectionKeys, SectionKeys: SectionKeys,
 }
 
 // Options are the command's flags.
@@ -104,7 +110,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -159,7 +165,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork)", f)
+			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys)", f)
 		}
 		o.Skip[name] = true
 	}
@@ -200,6 +206,7 @@ type Report struct {
 	Settle     *Settle
 	DupStorm   []DupStorm
 	DBWork     []DBWork
+	Keys       []KeysComparison
 }
 
 type bench struct {
@@ -241,7 +248,7 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 	b.header(rep.Machine, sc.cfg.DBName)
 
 	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
-		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] || !opts.Skip[SectionDBWork] {
+		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] || !opts.Skip[SectionDBWork] || !opts.Skip[SectionKeys] {
 		if err := b.httpSections(ctx, rep, raw, sc); err != nil {
 			return rep, err
 		}
@@ -350,6 +357,14 @@ func (b *bench) httpSections(ctx context.Context, rep *Report, raw *sql.DB, sc *
 			}
 			rep.Orders = append(rep.Orders, c)
 			printComparison(b.stdout, c)
+		}
+	}
+	if !b.opts.Skip[SectionKeys] {
+		fmt.Fprintf(b.stdout, "\n== (k) POST /v1/orders with a key of PAYSVC_API_KEYS (env) vs a key of api_keys (db, cached); 1/3 repeats; rounds alternate which goes first ==\n")
+		ks, err := b.keysSection(ctx, svc, raw, sc.cfg.Addr)
+		rep.Keys = ks
+		if err != nil {
+			return fmt.Errorf("keys: %w", err)
 		}
 	}
 	if !b.opts.Skip[SectionNATS] {
@@ -495,6 +510,14 @@ func (b *bench) summary(rep *Report) {
 			}
 			fmt.Fprintf(w, "            %-9s %-15s %8.1f ops/s p99 %6sms | /min %.2f (%s)\n",
 				c.Workload, c.Design, c.Cell.MedianRate, ms(c.Cell.P99), c.Ratio, target)
+		}
+	}
+	for _, k := range rep.Keys {
+		fmt.Fprintf(w, "  keys      N=%-3d env key %8.1f ops/s p99 %6sms | db key %8.1f ops/s p99 %6sms | db/env %.2f (≥ %.2f %s), paired %.2f\n",
+			k.N, k.Env.MedianRate, ms(k.Env.P99), k.DB.MedianRate, ms(k.DB.P99), k.Ratio, KeysTarget, metMissed(k.Met), k.PairedRatio)
+		if len(k.Costs) == 2 {
+			fmt.Fprintf(w, "            CPU per request env %.1f µs | db %.1f µs (%.2f)\n", float64(k.Costs[0].BenchCPUPerOp.Nanoseconds())/1000,
+				float64(k.Costs[1].BenchCPUPerOp.Nanoseconds())/1000, ratio(float64(k.Costs[1].BenchCPUPerOp), float64(k.Costs[0].BenchCPUPerOp)))
 		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)

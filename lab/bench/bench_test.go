@@ -49,7 +49,7 @@ func TestQuickRun(t *testing.T) {
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
 		"== (d) storage", "== (e) purge under load", "== (f) outbox",
 		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
-		"== (i) duplicate storm", "== (j) database work per request", "== summary", "dbwork    N=",
+		"== (i) duplicate storm", "== (j) database work per request", "== (k) POST /v1/orders with a key", "== summary", "dbwork    N=", "keys      N=",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -65,6 +65,23 @@ func TestQuickRun(t *testing.T) {
 	for _, c := range rep.DupStorm {
 		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.RoundTripsPerReq <= 0 {
 			t.Errorf("duplicate storm cell %+v", c)
+		}
+	}
+
+	if len(rep.Keys) != len(opts.Ns) {
+		t.Errorf("keys: %d comparisons, want one per N (%v)", len(rep.Keys), opts.Ns)
+	}
+	for _, k := range rep.Keys {
+		for side, c := range map[string]Cell{"env": k.Env, "db": k.DB} {
+			if len(c.Rounds) != 2 || c.Errs != 0 || !(c.MedianRate > 0) || !(c.P99 > 0) {
+				t.Errorf("keys N=%d %s key: %d rounds (want 2), %d errors (first: %s), %v ops/s", k.N, side, len(c.Rounds), c.Errs, c.FirstErr, c.MedianRate)
+			}
+		}
+		if len(k.Costs) != 2 || !(k.Costs[0].BenchCPUPerOp > 0) || !(k.Costs[1].BenchCPUPerOp > 0) {
+			t.Errorf("keys N=%d: costs %+v", k.N, k.Costs)
+		}
+		if !(k.Ratio > 0) || !(k.PairedRatio > 0) {
+			t.Errorf("keys N=%d: ratios %v, %v", k.N, k.Ratio, k.PairedRatio)
 		}
 	}
 

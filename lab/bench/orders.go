@@ -83,7 +83,10 @@ func orderStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec,
 }
 
 // serviceOrderOp posts creates; a repeat must come back as a replayed 201.
-func serviceOrderOp(s *service) opFunc {
+func serviceOrderOp(s *service) opFunc { return serviceOrderOpAs(s, apiKey) }
+
+// serviceOrderOpAs is serviceOrderOp with bearer as the API key.
+func serviceOrderOpAs(s *service, bearer string) opFunc {
 	m := newMix[orderRequest]()
 	return func(ctx context.Context) (opKind, error) {
 		rq, dup := m.next()
@@ -91,7 +94,7 @@ func serviceOrderOp(s *service) opFunc {
 		if !dup {
 			rq, kind = newOrderRequest(m), kindFirst
 		}
-		rep, err := s.post(ctx, "/v1/orders", orderHeader(rq.key), rq.body)
+		rep, err := s.post(ctx, "/v1/orders", orderHeaderAs(bearer, rq.key), rq.body)
 		if err != nil {
 			return kind, err
 		}

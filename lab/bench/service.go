@@ -144,10 +144,13 @@ func (s *service) callbackHeader(id string, body []byte) http.Header {
 	return h
 }
 
-func orderHeader(key string) http.Header {
+func orderHeader(key string) http.Header { return orderHeaderAs(apiKey, key) }
+
+// orderHeaderAs is orderHeader with bearer as the API key.
+func orderHeaderAs(bearer, key string) http.Header {
 	h := make(http.Header, 3)
 	h.Set("Content-Type", "application/json")
-	h.Set("Authorization", "Bearer "+apiKey)
+	h.Set("Authorization", "Bearer "+bearer)
 	h.Set("Idempotency-Key", key)
 	return h
 }

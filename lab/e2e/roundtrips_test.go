@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/merchants"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -21,6 +24,7 @@ import (
 // is printed by lab/cmd/bench's section (t), through a recording proxy.
 func TestRoundTripsPerRequest(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	d := dbtest.New(t)
 	s := cbNewService(t, d, app.Options{}, nil)
 	sqlDB, err := s.app.DB.DB()
@@ -28,7 +32,6 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	sqlDB.SetMaxOpenConns(1)
-	ctx := context.Background()
 	questions := func() int64 {
 		var name string
 		var n int64
@@ -55,6 +58,16 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	}
 
 	body := []byte(`{"merchant_order_no":"rt-1","amount":1000,"currency":"EUR"}`)
+	// A key of the same merchant kept in the database (README.md,
+	// "Merchants and API keys"): once cached, it costs a request what an
+	// environment key does; its first use, one primary-key read more.
+	dbKey, _, err := merchants.CreateKey(ctx, d.Gorm, cbMerchant, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asDB := func(method, path, key string, body []byte) (cbAnswer, error) {
+		return s.merchantAs(ctx, dbKey, method, path, key, body)
+	}
 	var created cbAnswer
 	cases := []struct {
 		name string
@@ -85,6 +98,20 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		{"refund, first", 7, func() {
 			must(http.StatusCreated)(s.merchant(ctx, "POST", "/v1/orders/"+orderNoOf(t, created)+"/refunds", "rt-r", []byte(`{"amount":100,"merchant_refund_no":"rt-r"}`)))
 		}},
+		// The api_keys read, then as an environment key's.
+		{"database key, first use", 1 + 1, func() { must(http.StatusOK)(asDB("GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
+		{"database key, get order", 1, func() { must(http.StatusOK)(asDB("GET", "/v1/orders/"+orderNoOf(t, created), "", nil)) }},
+		{"database key, create order", 5, func() {
+			must(http.StatusCreated)(asDB("POST", "/v1/orders", "rt-db-2", []byte(`{"merchant_order_no":"rt-db-2","amount":1000,"currency":"EUR"}`)))
+		}},
+		{"database key, replay", 4, func() {
+			must(http.StatusCreated)(asDB("POST", "/v1/orders", "rt-db-2", []byte(`{"merchant_order_no":"rt-db-2","amount":1000,"currency":"EUR"}`)))
+		}},
+		// An unknown key shaped like a database key: one read, then 401.
+		{"unknown database-shaped key", 1, func() {
+			must(http.StatusUnauthorized)(s.merchantAs(ctx, merchants.KeyPrefix+strings.Repeat("0", 40), "GET", "/v1/orders/x", "", nil))
+		}},
+		{"malformed key", 0, func() { must(http.StatusUnauthorized)(s.merchantAs(ctx, "nope", "GET", "/v1/orders/x", "", nil)) }},
 	}
 	for _, tc := range cases {
 		got := measure(tc.do)

@@ -143,3 +143,42 @@ func (d *DB) RowsRead(t testing.TB, fn func(pool *gorm.DB)) int64 {
 	self := read() - after
 	return after - before - self
 }
+
+// Rows runs query and returns its rows as column -> value, []byte values
+// turned into strings: what a table holds, for a test to search (no key
+// stored, say).
+func (d *DB) Rows(t testing.TB, query string, args ...any) []map[string]any {
+	t.Helper()
+	rows, err := db.Query(context.Background(), d.Gorm, query, args...)
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", query, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", query, err)
+	}
+	var out []map[string]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatalf("dbtest: %s: %v", query, err)
+		}
+		row := make(map[string]any, len(cols))
+		for i, v := range vals {
+			if raw, ok := v.([]byte); ok {
+				v = string(raw)
+			}
+			row[cols[i]] = v
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("dbtest: %s: %v", query, err)
+	}
+	return out
+}
