@@ -132,7 +132,7 @@ func (d *demoProviderAPI) runLost(ctx context.Context, a *app.App, base, apiKey 
 	return mockpay.RunLost(ctx, mockpay.LostConfig{
 		BaseURL: base, APIKey: apiKey, API: d.api.Load(), Sender: d.sender,
 		Orders: 8, DropRate: 0.5, Wait: demoOrderTTL + 500*time.Millisecond,
-		Sweep: func(ctx context.Context) (int, int, error) {
+		Sweep: func(ctx context.Context, _ []string) (int, int, error) {
 			c, err := a.Sweep(ctx)
 			return c.Closed, c.Recovered, err
 		},

@@ -23,8 +23,10 @@ type LostConfig struct {
 	DropRate float64
 	// Wait is how long to wait after creating them: past PAYSVC_ORDER_TTL.
 	Wait time.Duration
-	// Sweep runs one pass of paysvc's sweep (app.App.Sweep).
-	Sweep func(ctx context.Context) (closed, recovered int, err error)
+	// Sweep runs one pass of paysvc's sweep (app.App.Sweep), or waits for
+	// the service's own sweep to settle orders (those the phase created),
+	// and counts the orders it closed and recovered.
+	Sweep func(ctx context.Context, orders []string) (closed, recovered int, err error)
 }
 
 // LostReport is what the phase saw.
@@ -40,7 +42,10 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	rep := LostReport{Orders: c.Orders}
 	paid := c.Orders / 2
 	drop := int(math.Round(c.DropRate * float64(paid)))
-	var dropped []Event
+	var (
+		dropped []Event
+		created []string
+	)
 	for i := range c.Orders {
 		run := NewTxnID()
 		a, err := m.createOrder(ctx, "lost-"+run, "lost-"+run, 1000+int64(i), "EUR")
@@ -51,6 +56,7 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 		if a.status != http.StatusCreated || json.Unmarshal(a.body, &o) != nil {
 			return rep, fmt.Errorf("create order: %v", a)
 		}
+		created = append(created, o.OrderNo)
 		if i >= paid {
 			continue
 		}
@@ -72,7 +78,7 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	case <-time.After(c.Wait):
 	}
 	var err error
-	if rep.Closed, rep.Recovered, err = c.Sweep(ctx); err != nil {
+	if rep.Closed, rep.Recovered, err = c.Sweep(ctx, created); err != nil {
 		return rep, err
 	}
 	if rep.Recovered != rep.Dropped || rep.Closed != c.Orders-paid {
