@@ -20,10 +20,10 @@ import (
 // triggerArgs are trigger's settings, from its flags and the environment.
 type triggerArgs struct {
 	typ, order, currency, txn, refund, id, provider, natsURL string
-	amount                                                  int64
-	once                                                    bool
-	timeout, horizon                                        time.Duration
-	set                                                     map[string]bool // flags given
+	amount                                                   int64
+	once                                                     bool
+	timeout, horizon                                         time.Duration
+	set                                                      map[string]bool // flags given
 
 	secret webhooks.Secret
 	base   string

@@ -24,8 +24,9 @@ type LostConfig struct {
 	// Wait is how long to wait after creating them: past PAYSVC_ORDER_TTL.
 	Wait time.Duration
 	// Sweep runs one pass of paysvc's sweep (app.App.Sweep), or waits for
-	// the service's own sweep to settle orders (those the phase created),
-	// and counts the orders it closed and recovered.
+	// the service's own sweep to settle the orders given (those of the
+	// phase that no callback paid), and counts the orders it closed and
+	// recovered.
 	Sweep func(ctx context.Context, orders []string) (closed, recovered int, err error)
 }
 
@@ -44,7 +45,7 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	drop := int(math.Round(c.DropRate * float64(paid)))
 	var (
 		dropped []Event
-		created []string
+		unpaid  []string // by any callback: the sweep's
 	)
 	for i := range c.Orders {
 		run := NewTxnID()
@@ -56,14 +57,15 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 		if a.status != http.StatusCreated || json.Unmarshal(a.body, &o) != nil {
 			return rep, fmt.Errorf("create order: %v", a)
 		}
-		created = append(created, o.OrderNo)
 		if i >= paid {
+			unpaid = append(unpaid, o.OrderNo)
 			continue
 		}
 		rep.Paid++
 		ev := PaymentSucceeded(o.OrderNo, NewTxnID(), o.Amount, o.Currency)
 		c.API.RecordEvent(ev)
 		if i < drop {
+			unpaid = append(unpaid, o.OrderNo)
 			rep.Dropped++
 			dropped = append(dropped, ev)
 			continue
@@ -78,7 +80,7 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	case <-time.After(c.Wait):
 	}
 	var err error
-	if rep.Closed, rep.Recovered, err = c.Sweep(ctx, created); err != nil {
+	if rep.Closed, rep.Recovered, err = c.Sweep(ctx, unpaid); err != nil {
 		return rep, err
 	}
 	if rep.Recovered != rep.Dropped || rep.Closed != c.Orders-paid {
