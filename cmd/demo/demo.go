@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +75,11 @@ func (v *verdict) note(format string, args ...any) {
 // exitError: 1 when something was wrong, 2 when the tour could not run.
 func (t *tour) run(ctx context.Context) error {
 	var v verdict
+	// What the books owed before this run is not this run's doing.
+	before, err := reconcile.Run(ctx, t.db)
+	if err != nil {
+		return t.couldNotRun(fmt.Errorf("reconcile: %w", err))
+	}
 	orders := 0
 	scenarios := []struct {
 		name string
@@ -124,7 +130,7 @@ func (t *tour) run(ctx context.Context) error {
 		return t.couldNotRun(err)
 	}
 	if pending := t.printNotifications(ctx, earlier > 0); pending > 0 {
-		v.note("%d notifications still being retried", pending)
+		v.note("notifications still being retried: %d", pending)
 	}
 
 	t.progress("reconciling the books")
@@ -137,13 +143,17 @@ func (t *tour) run(ctx context.Context) error {
 		fmt.Fprintf(t.out, "the books of the whole database: this run's %d orders and %d of earlier runs\n", orders, earlier)
 	}
 	books.Print(t.out)
+	byHand := books.ToRefund - before.ToRefund
 	switch {
 	case !books.Clean():
 		v.fail("reconcile found %d problems", len(books.Findings))
-	case books.ToRefund > 0 && t.api != nil:
-		v.fail("%d payments to refund by hand, although the provider API refunds them", books.ToRefund)
-	case books.ToRefund > 0:
-		v.note("%d payments to refund by hand (no provider API to refund them)", books.ToRefund)
+	case byHand > 0 && t.api != nil:
+		v.fail("this run left payments to refund by hand (%d), although the provider API refunds them", byHand)
+	case byHand > 0:
+		v.note("payments of this run to refund by hand: %d (no provider API to refund them)", byHand)
+	}
+	if before.ToRefund > 0 {
+		v.note("payments of earlier runs to refund by hand: %d", before.ToRefund)
 	}
 	if err := t.printSettlement(ctx, time.Now().UTC()); err != nil {
 		return t.couldNotRun(err)
@@ -209,7 +219,8 @@ func (t *tour) printSettlement(ctx context.Context, today time.Time) error {
 		return err
 	}
 	fmt.Fprintf(t.out, "\nsettlement of %s (paysvc settle --date %s): settled %d new, %d existing\n", date, date, len(res.New), res.Existing)
-	if len(res.New) == 0 && res.Existing > 0 {
+	settledNow := slices.ContainsFunc(res.New, func(s settlement.Settlement) bool { return s.MerchantID == t.merchant })
+	if !settledNow && len(rows) > 0 {
 		fmt.Fprintf(t.out, "  %s was settled before this run (an earlier demo, or paysvc settle): a day is settled once, so the rows\n"+
 			"  below are as that run wrote them, without this run's payments; settle a day once it has ended\n", date)
 	}

@@ -57,6 +57,10 @@ func remote(ctx context.Context, cfg config.Config, base string, stdout io.Write
 		return &exitError{code: 2, err: err}
 	}
 	defer db.Close(gdb)
+	// Ready means migrated: serve listens only after its migrations.
+	if err := waitForPaysvc(ctx, base, progress); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	t := &tour{base: base, apiKey: apiKey, merchant: merchant, secret: sec, db: gdb,
 		orderTTL: cfg.Providers.OrderTTL, natsURL: cfg.NATSURL, progress: progress, out: stdout, started: start}
 	if api, ok := cfg.Providers.APIs[demoProvider]; ok {
@@ -157,6 +161,45 @@ func waitForSweep(base, apiKey string, p config.Providers, progress func(string,
 				return 0, 0, ctx.Err()
 			case <-time.After(500 * time.Millisecond):
 			}
+		}
+	}
+}
+
+// paysvcWait is how long the demo waits for the paysvc it drives to be
+// ready: its own wait for the database, and the migrations.
+const paysvcWait = 2 * time.Minute
+
+// waitForPaysvc polls GET /readyz until it answers 200, saying every 10 s
+// what it waits for.
+func waitForPaysvc(ctx context.Context, base string, progress func(string, ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, paysvcWait)
+	defer cancel()
+	client := &http.Client{Timeout: 5 * time.Second}
+	var lastSaid time.Time
+	for {
+		why := ""
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			why = resp.Status
+		} else {
+			why = err.Error()
+		}
+		if time.Since(lastSaid) >= 10*time.Second {
+			progress("waiting for paysvc at %s to be ready (%s)", base, why)
+			lastSaid = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("paysvc at %s not ready within %v (last: %s)", base, paysvcWait, why)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
