@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,7 +66,7 @@ func TestDemoWaitsForTheDatabaseAloud(t *testing.T) {
 	d := dbtest.NewEmpty(t)
 	proxy := dbtest.NewProxy(t, d.Config.Addr)
 	proxy.Set(dbtest.Refuse)
-	stderr := &syncBuffer{}
+	stderr := &testproc.Output{}
 	done := make(chan error, 1)
 	var stdout bytes.Buffer
 	env := map[string]string{"PAYSVC_DSN": proxy.DSN(d)}
@@ -145,7 +144,7 @@ func TestDemoInterruptedRemovesItsServer(t *testing.T) {
 	}
 	cmd := exec.Command(bins[0], "--local-db", freeAddr(t))
 	cmd.Env = testproc.Env()
-	stderr := &syncBuffer{}
+	stderr := &testproc.Output{}
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, stderr
 	if err := testproc.Start(cmd); err != nil {
 		t.Fatal(err)
@@ -257,22 +256,4 @@ func exitCode(err error) int {
 		return 1
 	}
 	return 0
-}
-
-// syncBuffer is a writer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -252,7 +251,7 @@ func (a composeAddrs) rewrite(service, v string) string {
 type composeProc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *testproc.Output
 	done           chan struct{}
 	err            error // once done is closed
 }
@@ -269,7 +268,7 @@ func startComposeService(t *testing.T, name string, svc composeService, bins map
 	if !ok {
 		t.Fatalf("%s: no program for entrypoint %s", name, argv[0])
 	}
-	p := &composeProc{name: name, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &composeProc{name: name, stdout: &testproc.Output{}, stderr: &testproc.Output{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, argv[1:]...)
 	p.cmd.Env = environ(svc.Environment)
 	p.cmd.Dir = workdir
@@ -370,22 +369,4 @@ func startNATS(t *testing.T) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a writer safe for a child's output and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

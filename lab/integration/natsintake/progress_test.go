@@ -1,39 +1,27 @@
 package natsintake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/natsintake"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // logBuffer collects JSON log lines from the consumer's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuffer struct{ testproc.Output }
 
 func (l *logBuffer) lines(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -59,7 +47,7 @@ func (l *logBuffer) waitFor(t *testing.T, after int, prefix string) int {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %q line in 30 s; logs:\n%s", prefix, l.b.String())
+			t.Fatalf("no %q line in 30 s; logs:\n%s", prefix, l.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
