@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
+	"net/http"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/app"
-	"github.com/paysvc/paysvc/internal/config"
+	"gorm.io/gorm"
+
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -30,186 +31,224 @@ const (
 	demoNotifySecret = "whsec_ZGVtby1ub3RpZnktc2VjcmV0LTAxMjM0NTY3"
 )
 
-// demo is the tour: it starts the service on a loopback port against
-// PAYSVC_DSN, lets the simulated provider pay orders with duplicate,
-// concurrent, reordered and late webhooks and a cancel race, then prints
-// what happened and the reconcile result. Exit 1 if reconcile finds
-// anything or the scenario saw a contract violation.
-func demo(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) (retErr error) {
-	start := time.Now()
-	progress := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	apiKey, secret := demoCredentials(&cfg)
-	sec, err := webhooks.ParseSecret(secret)
-	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err)}
-	}
-	// The service's own logs would drown the tour (every duplicate payment
-	// is a warning, and the tour makes them on purpose): errors only.
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	receiver, stopReceiver, err := demoReceiver(&cfg)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	defer stopReceiver()
-	providerAPI, err := startDemoProviderAPI(ctx, &cfg)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	if providerAPI != nil {
-		defer providerAPI.close()
-	}
-	progress("opening %s (created and migrated if missing)", redactedAddr(cfg))
-	a, err := app.Open(ctx, cfg, log, app.Options{})
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	defer a.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("listen: %w", err)}
-	}
-	srvCtx, stopServer := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(srvCtx, ln) }()
-	defer func() { stopServer(); <-served }()
-	base := "http://" + ln.Addr().String()
-	progress("paysvc serving on %s; mockpay starts paying", base)
+// tour is what the demo shows, against a paysvc in this process or one
+// running elsewhere (the compose file's): the scenario over HTTP and
+// through NATS, the lost-callbacks phase and the calls to the provider's
+// API, the merchant's notifications, the books and the day's settlement,
+// and one verdict.
+type tour struct {
+	base     string // paysvc
+	apiKey   string
+	merchant string
+	secret   webhooks.Secret
+	db       *gorm.DB // paysvc's database: the books
+	// api serves mockpay's provider API; nil when paysvc calls none.
+	api *demoProviderAPI
+	// receiver reads the merchant receiver's counts; nil when there is
+	// none to read.
+	receiver func(context.Context) (mockpay.ReceiverStats, error)
+	// sweep is one pass of paysvc's sweep, or a wait for its own, over
+	// the orders given.
+	sweep    func(context.Context, []string) (closed, recovered int, err error)
+	orderTTL time.Duration
+	natsURL  string // "" skips the NATS variant
+	progress func(string, ...any)
+	out      io.Writer
+	started  time.Time
+}
 
-	sc := mockpay.DefaultScenario()
-	sc.BaseURL, sc.APIKey, sc.Secret, sc.Provider = base, apiKey, sec, demoProvider
-	sc.Logf = progress
-	if providerAPI != nil {
-		if err := providerAPI.connect(base, sec); err != nil {
-			return &exitError{code: 2, err: err}
+// verdict collects what makes the tour fail.
+type verdict struct {
+	problems []string
+	notes    []string
+}
+
+func (v *verdict) fail(format string, args ...any) {
+	v.problems = append(v.problems, fmt.Sprintf(format, args...))
+}
+
+func (v *verdict) note(format string, args ...any) {
+	v.notes = append(v.notes, fmt.Sprintf(format, args...))
+}
+
+// run runs the tour and prints the verdict line last. The error is an
+// exitError: 1 when something was wrong, 2 when the tour could not run.
+func (t *tour) run(ctx context.Context) error {
+	var v verdict
+	// What the books owed before this run is not this run's doing.
+	before, err := reconcile.Run(ctx, t.db)
+	if err != nil {
+		return t.couldNotRun(fmt.Errorf("reconcile: %w", err))
+	}
+	orders := 0
+	scenarios := []struct {
+		name string
+		nats bool
+	}{{"over HTTP", false}, {"through NATS", true}}
+	for _, s := range scenarios {
+		if s.nats && t.natsURL == "" {
+			t.progress("the NATS variant is skipped: PAYSVC_NATS_URL is not set (scripts/ensure-nats.sh starts a broker on 127.0.0.1:4222)")
+			continue
 		}
+		rep, err := t.scenario(ctx, s.nats)
+		if err != nil {
+			return t.couldNotRun(fmt.Errorf("scenario %s: %w", s.name, err))
+		}
+		fmt.Fprintln(t.out)
+		rep.Print(t.out)
+		orders += rep.OrdersCreated
+		if !rep.OK() {
+			v.fail("the scenario %s saw %d contract violations and gave up %d events", s.name, len(rep.Anomalies), rep.GaveUp)
+		}
+	}
+	t.printIdempotencyOutcomes(ctx)
+
+	if t.api != nil {
+		lost, err := t.api.runLost(ctx, t.base, t.apiKey, t.orderTTL, t.sweep, t.progress)
+		if err != nil {
+			return t.couldNotRun(fmt.Errorf("lost callbacks: %w", err))
+		}
+		orders += lost.Orders
+		pc, err := settleProviderCalls(ctx, t.db, t.started, t.progress)
+		if err != nil {
+			return t.couldNotRun(err)
+		}
+		pc.lost, pc.ttl = lost, t.orderTTL
+		pc.print(t.out)
+		if len(lost.Anomalies) > 0 {
+			v.fail("the lost-callbacks phase saw %d anomalies", len(lost.Anomalies))
+		}
+		if pc.open > 0 {
+			v.fail("%d calls to the provider still open after %v", pc.open, providerCallsWait)
+		}
+	} else {
+		t.progress("no provider API for %s in PAYSVC_PROVIDER_API: no refunds at the provider, no lost-callbacks phase", demoProvider)
+	}
+
+	earlier, err := t.earlierOrders(ctx)
+	if err != nil {
+		return t.couldNotRun(err)
+	}
+	if pending := t.printNotifications(ctx, earlier > 0); pending > 0 {
+		v.note("notifications still being retried: %d", pending)
+	}
+
+	t.progress("reconciling the books")
+	books, err := reconcile.Run(ctx, t.db)
+	if err != nil {
+		return t.couldNotRun(fmt.Errorf("reconcile: %w", err))
+	}
+	fmt.Fprintln(t.out)
+	if earlier > 0 {
+		fmt.Fprintf(t.out, "the books of the whole database: this run's %d orders and %d of earlier runs\n", orders, earlier)
+	}
+	books.Print(t.out)
+	byHand := books.ToRefund - before.ToRefund
+	switch {
+	case !books.Clean():
+		v.fail("reconcile found %d problems", len(books.Findings))
+	case byHand > 0 && t.api != nil:
+		v.fail("this run left payments to refund by hand (%d), although the provider API refunds them", byHand)
+	case byHand > 0:
+		v.note("payments of this run to refund by hand: %d (no provider API to refund them)", byHand)
+	}
+	if before.ToRefund > 0 {
+		v.note("payments of earlier runs to refund by hand: %d", before.ToRefund)
+	}
+	if err := t.printSettlement(ctx, time.Now().UTC()); err != nil {
+		return t.couldNotRun(err)
+	}
+	return t.printVerdict(v, orders)
+}
+
+// scenario runs mockpay's scenario over HTTP, or with every event
+// published to the JetStream intake first.
+func (t *tour) scenario(ctx context.Context, viaNATS bool) (mockpay.ScenarioReport, error) {
+	sc := mockpay.DefaultScenario()
+	sc.BaseURL, sc.APIKey, sc.Secret, sc.Provider = t.base, t.apiKey, t.secret, demoProvider
+	sc.Logf = t.progress
+	if t.api != nil {
 		sc.OnEvent = func(ev mockpay.Event) {
-			if api := providerAPI.api.Load(); api != nil {
+			if api := t.api.api.Load(); api != nil {
 				api.RecordEvent(ev)
 			}
 		}
 	}
-	rep, err := mockpay.RunScenario(ctx, sc)
-	if err != nil {
-		return fmt.Errorf("demo scenario: %w", err)
-	}
-	fmt.Fprintln(stdout)
-	rep.Print(stdout)
-	printIdempotencyOutcomes(stdout, a)
-
-	printNotifications(ctx, stdout, a, receiver, progress)
-
-	if providerAPI != nil {
-		lost, err := providerAPI.runLost(ctx, a, base, apiKey, progress)
+	if viaNATS {
+		pub, err := mockpay.NewPublisher(ctx, t.natsURL, demoProvider)
 		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("lost callbacks: %w", err)}
+			return mockpay.ScenarioReport{}, err
 		}
-		pc, err := settleProviderCalls(ctx, a, progress)
-		if err != nil {
-			return &exitError{code: 2, err: err}
+		defer pub.Close()
+		t.progress("the same scenario again, every event published to %s first", pub.Subject())
+		sc.Publish = func(ctx context.Context, h http.Header, body []byte) error {
+			_, err := pub.Publish(ctx, h, body)
+			return err
 		}
-		pc.lost = lost
-		pc.print(stdout)
-		if len(lost.Anomalies) > 0 {
-			defer func() {
-				retErr = errors.Join(retErr, &exitError{code: 1, err: errors.New("demo: the lost-callbacks phase saw anomalies")})
-			}()
-		}
+		sc.PublishSettle = natsSettle
 	}
+	return mockpay.RunScenario(ctx, sc)
+}
 
-	progress("reconciling the books")
-	books, err := reconcile.Run(ctx, a.DB)
+// natsSettle is how long a published event is given to be consumed before
+// its HTTP redelivery asks for the result.
+const natsSettle = 250 * time.Millisecond
+
+// earlierOrders counts the orders the database held before this run.
+func (t *tour) earlierOrders(ctx context.Context) (int64, error) {
+	var n int64
+	err := t.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE created_at < ?`, t.started).Row().Scan(&n)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
+		return 0, fmt.Errorf("count earlier orders: %w", err)
 	}
-	fmt.Fprintln(stdout)
-	books.Print(stdout)
-	if err := printSettlement(ctx, stdout, a, cfg.APIKeys[apiKey], time.Now().UTC()); err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	switch {
-	case !books.Clean():
-		return &exitError{code: 1, err: fmt.Errorf("demo: reconcile found %d problems", len(books.Findings))}
-	case !rep.OK():
-		return &exitError{code: 1, err: errors.New("demo: the scenario saw contract violations or gave up on events")}
-	}
-	progress("done: books clean")
-	return nil
+	return n, nil
 }
 
 // printSettlement runs the daily settlement for today, as `paysvc settle
-// --date` would, and prints the demo merchant's rows: what the ledger
-// booked today, net of refunds. A second demo on the same database the same
-// day finds today already settled (the job writes each row once).
-func printSettlement(ctx context.Context, w io.Writer, a *app.App, merchant string, today time.Time) error {
+// --date` would, and prints the demo merchant's rows. The job writes a
+// merchant's day once: a second run the same day finds it settled, and the
+// rows it prints are the first run's, without this run's payments.
+func (t *tour) printSettlement(ctx context.Context, today time.Time) error {
 	date := today.Format(settlement.DateLayout)
-	res, err := settlement.Run(ctx, a.DB, today, settlement.Options{})
+	res, err := settlement.Run(ctx, t.db, today, settlement.Options{})
 	if err != nil {
 		return fmt.Errorf("settle %s: %w", date, err)
 	}
-	rows, err := settlement.List(ctx, a.DB, merchant, today)
+	rows, err := settlement.List(ctx, t.db, t.merchant, today)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nsettlement of %s (paysvc settle --date %s): settled %d new, %d existing\n", date, date, len(res.New), res.Existing)
+	fmt.Fprintf(t.out, "\nsettlement of %s (paysvc settle --date %s): settled %d new, %d existing\n", date, date, len(res.New), res.Existing)
+	settledNow := slices.ContainsFunc(res.New, func(s settlement.Settlement) bool { return s.MerchantID == t.merchant })
+	if !settledNow && len(rows) > 0 {
+		fmt.Fprintf(t.out, "  %s was settled before this run (an earlier demo, or paysvc settle): a day is settled once, so the rows\n"+
+			"  below are as that run wrote them, without this run's payments; settle a day once it has ended\n", date)
+	}
 	for _, s := range rows {
-		fmt.Fprintf(w, "  %s\n", s)
+		fmt.Fprintf(t.out, "  %s\n", s)
 	}
 	return nil
 }
 
-// demoCredentials makes sure the demo merchant and provider exist in cfg
-// and returns the key and secret mockpay will use.
-func demoCredentials(cfg *config.Config) (apiKey, secret string) {
-	for key, merchant := range cfg.APIKeys {
-		if merchant == demoMerchant {
-			apiKey = key
-		}
+// printVerdict prints the last line, the one to read.
+func (t *tour) printVerdict(v verdict, orders int) error {
+	took := time.Since(t.started).Round(100 * time.Millisecond)
+	fmt.Fprintln(t.out)
+	if len(v.problems) > 0 {
+		fmt.Fprintf(t.out, "VERDICT: FAILED after %v: %s (details above)\n", took, strings.Join(v.problems, "; "))
+		return &exitError{code: 1, err: errors.New("demo: " + strings.Join(v.problems, "; "))}
 	}
-	if apiKey == "" {
-		if cfg.APIKeys == nil {
-			cfg.APIKeys = map[string]string{}
-		}
-		apiKey = demoAPIKey
-		cfg.APIKeys[apiKey] = demoMerchant
+	notes := ""
+	if len(v.notes) > 0 {
+		notes = "; " + strings.Join(v.notes, "; ")
 	}
-	if secrets := cfg.WebhookSecrets[demoProvider]; len(secrets) > 0 {
-		return apiKey, secrets[0]
-	}
-	if cfg.WebhookSecrets == nil {
-		cfg.WebhookSecrets = map[string][]string{}
-	}
-	cfg.WebhookSecrets[demoProvider] = []string{demoSecret}
-	return apiKey, demoSecret
+	fmt.Fprintf(t.out, "VERDICT: OK after %v: %d orders, no event lost or applied twice, every check held, books clean%s\n", took, orders, notes)
+	return nil
 }
 
-// printIdempotencyOutcomes shows what the engine counted, with the replay
-// rate the operators should watch.
-func printIdempotencyOutcomes(w io.Writer, a *app.App) {
-	families, err := a.Metrics.Registry.Gather()
-	if err != nil {
-		return
-	}
-	byOutcome := map[string]float64{}
-	var total float64
-	for _, f := range families {
-		if f.GetName() != "paysvc_idempotency_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					byOutcome[l.GetValue()] += m.GetCounter().GetValue()
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	fmt.Fprintf(w, "\npaysvc idempotency outcomes (all endpoints): first %.0f, replayed %.0f, in_flight %.0f, conflict %.0f, taken_over %.0f",
-		byOutcome["first"], byOutcome["replayed"], byOutcome["in_flight"], byOutcome["conflict"], byOutcome["taken_over"])
-	if total > 0 {
-		fmt.Fprintf(w, "; replay rate %.1f%%", 100*byOutcome["replayed"]/total)
-	}
-	fmt.Fprintln(w)
+// couldNotRun ends the tour without a verdict on paysvc: it did not get
+// that far.
+func (t *tour) couldNotRun(err error) error {
+	fmt.Fprintf(t.out, "\nVERDICT: the demo could not run to its end: %v\n", err)
+	return &exitError{code: 2, err: err}
 }

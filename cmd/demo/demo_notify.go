@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -47,33 +45,46 @@ func demoReceiver(cfg *config.Config) (*mockpay.Receiver, func(), error) {
 	return rcv, func() { _ = srv.Close() }, nil
 }
 
-// drainWait bounds the wait for the outbox to empty: the schedule's
-// retries (7 s with jitter) and then some.
-const drainWait = 30 * time.Second
+// drainWait bounds the wait for the outbox to empty: a few retries of the
+// schedule (the compose file's is 1s, 2s, 4s, 30s), and then some.
+const drainWait = time.Minute
 
 // printNotifications waits for the outbox to drain and prints what the
-// events table and the receiver counted.
-func printNotifications(ctx context.Context, w io.Writer, a *app.App, rcv *mockpay.Receiver, progress func(string, ...any)) {
-	progress("waiting for the merchant notifications to be delivered")
+// events table and the receiver counted; it returns the events still
+// pending. With earlier runs in the database, the events table holds
+// theirs too, and says so.
+func (t *tour) printNotifications(ctx context.Context, earlierRuns bool) int64 {
+	t.progress("waiting for the merchant notifications to be delivered")
 	deadline := time.Now().Add(drainWait)
+	var n int64
 	for {
-		n, _, err := events.Pending(ctx, a.DB)
+		var err error
+		n, _, err = events.Pending(ctx, t.db)
 		if err != nil || n == 0 || time.Now().After(deadline) {
 			if n > 0 {
-				progress("%d events still pending after %v", n, drainWait)
+				t.progress("%d events still pending after %v", n, drainWait)
 			}
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	sum, err := events.Summarize(ctx, a.DB)
+	sum, err := events.Summarize(ctx, t.db)
 	if err != nil {
-		progress("events: %v", err)
-		return
+		t.progress("events: %v", err)
+		return n
 	}
-	fmt.Fprintln(w)
-	sum.Print(w)
-	if rcv != nil {
-		rcv.Stats().Print(w)
+	fmt.Fprintln(t.out)
+	if earlierRuns {
+		fmt.Fprintln(t.out, "(the events table holds the earlier runs' events too)")
 	}
+	sum.Print(t.out)
+	if t.receiver != nil {
+		st, err := t.receiver(ctx)
+		if err != nil {
+			t.progress("%v", err)
+			return n
+		}
+		st.Print(t.out)
+	}
+	return n
 }

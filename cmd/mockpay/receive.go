@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -17,16 +18,19 @@ import (
 
 const receiveUsage = `mockpay receive [flags]
         play the merchant's webhook endpoint for paysvc's notifications:
-        verify each delivery's Standard Webhooks signature,
-        dedup by webhook-id, and print what was received every --every and
-        at exit (SIGINT/SIGTERM)
+        verify each delivery's Standard Webhooks signature, dedup by
+        webhook-id, and print what was received once it changes (when a
+        burst of deliveries has ended) and at exit (SIGINT/SIGTERM); a GET
+        of the endpoint answers the counts as JSON
 
 receive flags:
   --addr ADDR          listen address (default :9090); the endpoint is any path
   --refuse R           answer 503 to this fraction of first attempts (default 0.1)
   --lose R             process, then answer 500 to this fraction of first
                        attempts, so that paysvc repeats them (default 0.05)
-  --every D            print the counts this often (default 10s; 0: only at exit)
+  --every D            look at the counts this often, and print them once they
+                       have changed and then held still for D (default 2s;
+                       0: only at exit)
 
 Environment:
   MOCKPAY_NOTIFY_SECRETS  the merchant's notification secrets, whsec_...,
@@ -39,7 +43,7 @@ func receive(ctx context.Context, args []string, getenv func(string) string, std
 	addr := fs.String("addr", ":9090", "")
 	refuse := fs.Float64("refuse", 0.1, "")
 	lose := fs.Float64("lose", 0.05, "")
-	every := fs.Duration("every", 10*time.Second, "")
+	every := fs.Duration("every", 2*time.Second, "")
 	if _, err := parseInterspersed(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, receiveUsage)
@@ -78,12 +82,21 @@ func receive(ctx context.Context, args []string, getenv func(string) string, std
 		defer t.Stop()
 		tick = t.C
 	}
+	// What was printed, and what was seen at the last look: the counts are
+	// printed when they have changed since the one and not since the other.
+	printed := rcv.Stats()
+	seen := printed
 	for {
 		select {
 		case err := <-served:
 			return fmt.Errorf("receive: %w", err)
 		case <-tick:
-			rcv.Stats().Print(stdout)
+			now := rcv.Stats()
+			if reflect.DeepEqual(now, seen) && !reflect.DeepEqual(now, printed) {
+				now.Print(stdout)
+				printed = now
+			}
+			seen = now
 		case <-ctx.Done():
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -2,28 +2,24 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/webhooks"
-	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
 const usage = `mockpay — a simulated payment provider for paysvc
 
 Usage:
-  mockpay trigger <type> --order ORDER_NO [--amount N] [--currency EUR] [flags]
-        send one signed event by hand, retried like any delivery, and print
+  mockpay trigger <type> --order ORDER_NO [--refund REFUND_NO] [flags]
+        send one signed event by hand, retried like any delivery (but not
+        after a refusal no retry changes: 400, 401, 404, 422), and print
         the answer; <type> is payment.succeeded, payment.failed,
         refund.succeeded or refund.failed
   mockpay run [flags]
@@ -39,11 +35,13 @@ Usage:
 
 trigger flags:
   --order ORDER_NO     the order (required)
-  --amount N           amount in minor units; without it, the order is looked
-                       up through the merchant API (needs MOCKPAY_API_KEY)
-  --currency CUR       ISO 4217 code (default EUR, or the order's)
-  --txn ID             provider transaction id (default: a new txn_...)
   --refund REFUND_NO   the refund (refund events only; required for them)
+  --amount N           amount in minor units; without it, it is looked up
+                       through the merchant API (needs MOCKPAY_API_KEY): the
+                       order's amount for a payment event, the order's
+                       pending refund for a refund event
+  --currency CUR       ISO 4217 code (default: the order's, or EUR)
+  --txn ID             provider transaction id (default: a new txn_...)
   --id WEBHOOK_ID      reuse a webhook-id: a redelivery (default: a new msg_...)
   --url URL            paysvc's base URL (default $MOCKPAY_URL)
   --provider NAME      callback route /v1/callbacks/NAME (default mockpay)
@@ -58,8 +56,8 @@ Environment:
                    go to {MOCKPAY_URL}/v1/callbacks/{provider}
   MOCKPAY_SECRET   the provider's webhook secret, whsec_... (required): one of
                    paysvc's PAYSVC_WEBHOOK_SECRETS for the provider
-  MOCKPAY_API_KEY  a merchant API key of paysvc (required by run; optional for
-                   trigger, to look the order's amount up)
+  MOCKPAY_API_KEY  a merchant API key of paysvc (required by run; for trigger,
+                   it looks up what --amount and --currency leave out)
 
 Exit status: 0 success; 1 an event was given up, a non-2xx answer, or an
 anomaly; 2 usage or configuration error.
@@ -169,158 +167,10 @@ func lockedLogf(w io.Writer) func(string, ...any) {
 	}
 }
 
-func trigger(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("trigger")
-	var (
-		order    = fs.String("order", "", "")
-		amount   = fs.Int64("amount", 0, "")
-		currency = fs.String("currency", "EUR", "")
-		txn      = fs.String("txn", "", "")
-		refund   = fs.String("refund", "", "")
-		id       = fs.String("id", "", "")
-		rawURL   = fs.String("url", "", "")
-		provider = fs.String("provider", "mockpay", "")
-		once     = fs.Bool("once", false, "")
-		timeout  = fs.Duration("timeout", mockpay.DefaultTimeout, "")
-		horizon  = fs.Duration("horizon", mockpay.DefaultHorizon, "")
-		natsURL  = fs.String("nats", "", "")
-	)
-	pos, err := parseInterspersed(fs, args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, usage)
-		return nil
-	case err != nil:
-		return usageError("trigger: %v", err)
-	case len(pos) != 1:
-		return usageError("trigger needs exactly one event type, one of %s", strings.Join(mockpay.Types, ", "))
-	}
-	typ := pos[0]
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	isRefund := typ == mockpay.TypeRefundSucceeded || typ == mockpay.TypeRefundFailed
-	switch {
-	case !slices.Contains(mockpay.Types, typ):
-		return usageError("trigger: unknown event type %q, want one of %s", typ, strings.Join(mockpay.Types, ", "))
-	case *order == "":
-		return usageError("trigger: --order is required")
-	case isRefund && *refund == "":
-		return usageError("trigger: --refund is required for %s", typ)
-	case !isRefund && *refund != "":
-		return usageError("trigger: --refund applies to refund events only")
-	case set["amount"] && *amount <= 0:
-		return usageError("trigger: --amount must be a positive integer (minor units)")
-	case *provider == "":
-		return usageError("trigger: --provider must not be empty")
-	case *timeout <= 0 || *horizon <= 0:
-		return usageError("trigger: --timeout and --horizon must be positive")
-	}
-	secret, err := loadSecret(getenv)
-	if err != nil {
-		return err
-	}
-	base, err := baseURL(*rawURL, getenv)
-	if err != nil {
-		return err
-	}
-	if !set["amount"] {
-		// A provider knows what it charges; we ask paysvc, if we may.
-		key := getenv("MOCKPAY_API_KEY")
-		if isRefund || key == "" {
-			return usageError("trigger: --amount is required (for a payment event, setting MOCKPAY_API_KEY looks the order's amount up instead)")
-		}
-		o, err := mockpay.LookupOrder(ctx, nil, base, key, *order)
-		if err != nil {
-			return fmt.Errorf("looking up order %s: %w", *order, err)
-		}
-		*amount = o.Amount
-		if !set["currency"] {
-			*currency = o.Currency
-		}
-	}
-	if *txn == "" {
-		*txn = mockpay.NewTxnID()
-	}
-	var ev mockpay.Event
-	switch typ {
-	case mockpay.TypePaymentSucceeded:
-		ev = mockpay.PaymentSucceeded(*order, *txn, *amount, *currency)
-	case mockpay.TypePaymentFailed:
-		ev = mockpay.PaymentFailed(*order, *txn, *amount, *currency)
-	case mockpay.TypeRefundSucceeded:
-		ev = mockpay.RefundSucceeded(*order, *refund, *txn, *amount, *currency)
-	case mockpay.TypeRefundFailed:
-		ev = mockpay.RefundFailed(*order, *refund, *txn, *amount, *currency)
-	}
-	cfg := mockpay.Config{
-		URL:         callbackURL(base, *provider),
-		Secret:      secret,
-		Concurrency: 1,
-		Timeout:     *timeout,
-		Horizon:     *horizon,
-		Logf:        lockedLogf(stderr),
-	}
-	if *once {
-		cfg.MaxAttempts = 1
-	}
-	sender, err := mockpay.NewSender(cfg)
-	if err != nil {
-		return configError(err)
-	}
-	d := sender.NewDelivery(ev)
-	if *id != "" {
-		d.EventID = *id
-	}
-	if *natsURL != "" {
-		return publishOne(ctx, *natsURL, *provider, d, secret, stdout)
-	}
-	fmt.Fprintf(stdout, "POST %s\n%s %s txn_id=%s webhook-id=%s\n", cfg.URL, typ, *order, *txn, d.EventID)
-	resp, err := sender.DeliverResponse(ctx, d)
-	if resp.Status != 0 {
-		replayed := ""
-		if resp.Replayed {
-			replayed = " (Idempotent-Replayed: true)"
-		}
-		fmt.Fprintf(stdout, "HTTP %d%s\n%s\n", resp.Status, replayed, strings.TrimRight(string(resp.Body), "\n"))
-	}
-	var gaveUp *mockpay.GaveUpError
-	if errors.As(err, &gaveUp) && resp.Status != 0 {
-		// The sender has logged why; the answer is printed above.
-		return fmt.Errorf("no 2xx answer (last: HTTP %d)", resp.Status)
-	}
-	return err
-}
-
 // nonNegative refuses a negative duration flag.
 func nonNegative(name string, d time.Duration) error {
 	if d < 0 {
 		return usageError("--%s must not be negative", name)
 	}
-	return nil
-}
-
-// publishOne publishes one signed event to the JetStream intake; paysvc's
-// consumer applies it, and the answer is only the stream's acknowledgement.
-func publishOne(ctx context.Context, natsURL, provider string, d mockpay.Delivery, secret webhooks.Secret, stdout io.Writer) error {
-	pub, err := mockpay.NewPublisher(ctx, natsURL, provider)
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	body, err := json.Marshal(d.Event)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://mockpay.invalid/", nil)
-	if err != nil {
-		return err
-	}
-	mockpay.SignRequest(req, secret, d.EventID, time.Now(), body)
-	seq, err := pub.Publish(ctx, req.Header, body)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "PUBLISH %s\n%s %v txn_id=%v webhook-id=%s\nstream %s sequence %d\n",
-		pub.Subject(), d.Event.Type, d.Event.Data["order_no"], d.Event.Data["txn_id"], d.EventID, natsintake.Stream, seq)
 	return nil
 }

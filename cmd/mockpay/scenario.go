@@ -17,7 +17,7 @@ import (
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
-const runUsage = `mockpay run — drive a running paysvc on its own (the compose demo)
+const runUsage = `mockpay run — drive a running paysvc on its own, as merchant and provider
 
 Usage:
   mockpay run [flags]                  create orders through the merchant API

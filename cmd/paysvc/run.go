@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 
 	"github.com/paysvc/paysvc/internal/app"
@@ -123,6 +124,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, args []stri
 		return usageError("serve takes no arguments")
 	}
 	log.Info("starting", "config", cfg)
+	// The process environment, not getenv: a misspelt name is in what
+	// the shell passed, and getenv can only be asked for names it knows.
+	for _, u := range config.UnknownVariables(os.Environ()) {
+		log.Warn("unknown variable ignored: "+u.Name+" (did you mean "+u.Nearest+"?)", "variable", u.Name, "nearest", u.Nearest)
+	}
 	if len(cfg.APIKeys) > 0 {
 		log.Info("PAYSVC_API_KEYS is set: keys for development and the demo; in production use database keys (paysvc keys create, README.md)")
 	}

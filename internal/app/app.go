@@ -213,22 +213,12 @@ const reserveConns = 4
 const dbStartupWait = 60 * time.Second
 
 // waitForDatabase creates the database, retrying while the server does not
-// answer yet.
+// answer yet, and says so at every attempt.
 func waitForDatabase(ctx context.Context, dbcfg *db.MySQLConfig, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, dbStartupWait)
-	defer cancel()
-	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		err := db.EnsureDatabase(ctx, dbcfg)
-		if err == nil || db.ServerAnswered(err) {
-			return err
-		}
-		log.Warn("database not reachable yet; retrying", "addr", dbcfg.Addr, "err", err.Error())
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("database %s not reachable within %v: %w", dbcfg.Addr, dbStartupWait, err)
-		case <-time.After(delay):
-		}
-	}
+	return db.EnsureDatabaseWithin(ctx, dbcfg, dbStartupWait, func(err error, left time.Duration) {
+		log.Warn("database server "+dbcfg.Addr+" not reachable yet; trying again for "+left.String()+" more",
+			"addr", dbcfg.Addr, "err", err.Error(), "gives_up_in", left.String())
+	})
 }
 
 // Providers builds the provider adapters: an inbound one per provider with

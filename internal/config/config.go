@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -305,6 +306,10 @@ func (l *loader) logLevel(dst *slog.Level) {
 func (l *loader) dsn(dst *string) {
 	v, ok := l.get(envDSN)
 	if !ok {
+		return
+	}
+	if err := db.CheckDSNForm(v); err != nil {
+		l.fail(envDSN, "%v", err)
 		return
 	}
 	cfg, err := parseDSN(v)

@@ -536,3 +536,24 @@ func TestRedisURL(t *testing.T) {
 		t.Errorf("masked URL %q shows the password", got)
 	}
 }
+
+// TestLoadURLDSN: a DSN written as a URL is refused with the form paysvc
+// expects, the same settings spelt that way where they can be read, and no
+// password; the driver's own reason ("default addr for network ...
+// unknown") said neither.
+func TestLoadURLDSN(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"mysql://paysvc:s3cret-pw@db:3306/paysvc", "write it as paysvc:PASSWORD@tcp(db:3306)/paysvc"},
+		{"mysql://paysvc:" + dsnPassword + "@db:3306/paysvc", "write it as user:password@tcp(host:3306)/dbname"},
+	} {
+		_, err := Load(env(map[string]string{envDSN: tc.dsn}))
+		if err == nil {
+			t.Fatalf("%q loaded", tc.dsn)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, envDSN+": ") || !strings.Contains(msg, tc.want) || strings.Contains(msg, "default addr") ||
+			strings.Contains(msg, "s3cret") || strings.Contains(msg, "w0rd") || strings.Contains(msg, "odd") {
+			t.Errorf("%q: error %q, want one with %q and no password", tc.dsn, msg, tc.want)
+		}
+	}
+}

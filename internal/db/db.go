@@ -55,6 +55,9 @@ type MySQLConfig = mysql.Config
 // the server default (REPEATABLE READ on both engines): the variable's name
 // differs between MariaDB and MySQL 8 and either one fails on the other.
 func Config(dsn string) (*mysql.Config, error) {
+	if err := CheckDSNForm(dsn); err != nil {
+		return nil, fmt.Errorf("parse dsn: %w", err)
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse dsn: %w", err)

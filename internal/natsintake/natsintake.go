@@ -104,22 +104,25 @@ func New(apply Applier, o Options) *Consumer { return &Consumer{o: o.withDefault
 // stays ready (NATS is optional). Messages being applied when ctx ends
 // finish (within RequestTimeout) and are settled before Run returns.
 func (c *Consumer) Run(ctx context.Context) error {
+	p := newProgress(c.o.Log, serverHosts(c.o.URL))
+	p.log.Info("nats intake connecting", "servers", p.servers)
 	nc, err := nats.Connect(c.o.URL,
 		nats.Name("paysvc"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			c.o.Log.Warn("nats disconnected", "err", fmt.Sprint(err))
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			c.o.Log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
-		}),
+		nats.ReconnectWait(reconnectWait),
+		nats.ConnectHandler(p.connected),
+		nats.ReconnectErrHandler(p.attemptFailed),
+		nats.DisconnectErrHandler(p.disconnected),
+		nats.ReconnectHandler(p.reconnected),
 	)
 	if err != nil {
 		return fmt.Errorf("nats connect: %w", err)
 	}
-	defer nc.Close()
+	defer func() {
+		p.closing.Store(true) // our own close is no disconnection to warn of
+		nc.Close()
+	}()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -134,7 +137,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if consumed { // it worked for a while: a new outage starts over
 			delay = firstDelay
 		}
-		c.o.Log.Warn("nats intake interrupted; resuming", "err", fmt.Sprint(err), "retry_in", delay.String())
+		if nc.IsConnected() { // otherwise the connection's own reports say why
+			c.o.Log.Warn("nats intake interrupted; resuming", "err", fmt.Sprint(err), "retry_in", delay.String())
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -2,13 +2,11 @@ package faultsuite
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -37,64 +35,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildPaysvc runs `go build -o dir/paysvc ./cmd/paysvc` at the module root,
-// with -race exactly when this test binary has it.
-//
-// Why follow the test binary: under `go test -race ./...` every package the
-// server needs is already compiled with -race for the other packages'
-// tests, so the build is a link (~2 s), where a plain build needs all of
-// gin, gorm, the MySQL driver and Prometheus compiled a second time (85 s
-// on the 2-core runner with a cold cache). And it costs nothing at run
-// time: the suite is bound by the database and by lease waits, not by the
-// servers' CPU (measured: the same ~8 s for the three tests either way).
-// A race-built server also reports data races in the service under real
-// multi-process load; startServe fails the test on any.
+// buildPaysvc builds the paysvc binary into dir (testproc.Build).
 func buildPaysvc(dir string) (string, error) {
-	// go test puts $GOROOT/bin first on the PATH of the test binary, so
-	// this is the toolchain that is running the tests.
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("no go command on PATH: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	goroot, err := goOutput(ctx, goBin, "", "env", "GOROOT")
+	bins, err := testproc.Build(dir, "./cmd/paysvc")
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(filepath.Join(goroot, "bin")); err != nil {
-		return "", fmt.Errorf("go env GOROOT = %q: %w", goroot, err)
-	}
-	root, err := goOutput(ctx, goBin, "", "list", "-m", "-f", "{{.Dir}}", "github.com/paysvc/paysvc")
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("module root %q: %w", root, err)
-	}
-	bin := filepath.Join(dir, "paysvc")
-	args := []string{"build", "-o", bin}
-	if testproc.RaceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/paysvc")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s (in %s, GOROOT %s): %w\n%s", strings.Join(cmd.Args[1:], " "), root, goroot, err, out)
-	}
-	return bin, nil
-}
-
-func goOutput(ctx context.Context, goBin, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, goBin, args...)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return strings.TrimSpace(string(out)), nil
+	return bins[0], nil
 }
 
 // Settings every serve process gets.

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,30 +77,17 @@ func galera(args ...string) (string, error) {
 	return string(out), err
 }
 
-// buildPaysvc runs `go build -o dir/paysvc ./cmd/paysvc` at the module root,
-// with -race exactly when this test binary has it: under `go test -race
-// ./...` that is only a link (see package faultsuite, which does the same).
+// buildPaysvc builds the paysvc binary into dir (testproc.Build) and
+// finds the module root, for scripts/galera.sh.
 func buildPaysvc(dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
+	root, err := testproc.ModuleRoot()
 	if err != nil {
-		return "", fmt.Errorf("no go command on PATH: %w", err)
+		return "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "list", "-m", "-f", "{{.Dir}}", "github.com/paysvc/paysvc").Output()
+	moduleRoot = root
+	bins, err := testproc.Build(dir, "./cmd/paysvc")
 	if err != nil {
-		return "", fmt.Errorf("go list -m: %w", err)
+		return "", err
 	}
-	moduleRoot = strings.TrimSpace(string(out))
-	bin := filepath.Join(dir, "paysvc")
-	args := []string{"build", "-o", bin}
-	if testproc.RaceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.CommandContext(ctx, goBin, append(args, "./cmd/paysvc")...)
-	cmd.Dir = moduleRoot
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, out)
-	}
-	return bin, nil
+	return bins[0], nil
 }

@@ -23,8 +23,11 @@ type LostConfig struct {
 	DropRate float64
 	// Wait is how long to wait after creating them: past PAYSVC_ORDER_TTL.
 	Wait time.Duration
-	// Sweep runs one pass of paysvc's sweep (app.App.Sweep).
-	Sweep func(ctx context.Context) (closed, recovered int, err error)
+	// Sweep runs one pass of paysvc's sweep (app.App.Sweep), or waits for
+	// the service's own sweep to settle the orders given (those of the
+	// phase that no callback paid), and counts the orders it closed and
+	// recovered.
+	Sweep func(ctx context.Context, orders []string) (closed, recovered int, err error)
 }
 
 // LostReport is what the phase saw.
@@ -40,7 +43,10 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	rep := LostReport{Orders: c.Orders}
 	paid := c.Orders / 2
 	drop := int(math.Round(c.DropRate * float64(paid)))
-	var dropped []Event
+	var (
+		dropped []Event
+		unpaid  []string // by any callback: the sweep's
+	)
 	for i := range c.Orders {
 		run := NewTxnID()
 		a, err := m.createOrder(ctx, "lost-"+run, "lost-"+run, 1000+int64(i), "EUR")
@@ -52,12 +58,14 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 			return rep, fmt.Errorf("create order: %v", a)
 		}
 		if i >= paid {
+			unpaid = append(unpaid, o.OrderNo)
 			continue
 		}
 		rep.Paid++
 		ev := PaymentSucceeded(o.OrderNo, NewTxnID(), o.Amount, o.Currency)
 		c.API.RecordEvent(ev)
 		if i < drop {
+			unpaid = append(unpaid, o.OrderNo)
 			rep.Dropped++
 			dropped = append(dropped, ev)
 			continue
@@ -72,7 +80,7 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	case <-time.After(c.Wait):
 	}
 	var err error
-	if rep.Closed, rep.Recovered, err = c.Sweep(ctx); err != nil {
+	if rep.Closed, rep.Recovered, err = c.Sweep(ctx, unpaid); err != nil {
 		return rep, err
 	}
 	if rep.Recovered != rep.Dropped || rep.Closed != c.Orders-paid {

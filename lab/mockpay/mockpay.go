@@ -159,6 +159,10 @@ type Config struct {
 	// MaxAttempts, if positive, also gives up after that many attempts of
 	// one delivery (1 = no retries).
 	MaxAttempts int
+	// Permanent, if set, names the answers no retry can change (see
+	// PermanentRefusal): the delivery is given up at the first. nil
+	// retries every non-2xx until the horizon, as providers do.
+	Permanent func(status int) bool
 	// Rand drives every random choice but ids: jitter, duplicates and
 	// reordering. nil means a random seed. It is used under a lock.
 	Rand *rand.Rand
@@ -245,6 +249,10 @@ type Stats struct {
 	ByResult   map[string]int64
 	ByCode     map[string]int64
 	Replayed   int64
+	// ReplayedResults counts the "result" of the replays: what the first
+	// execution of each replayed event decided (through NATS, every HTTP
+	// delivery is a replay of what the consumer applied).
+	ReplayedResults map[string]int64
 }
 
 // collector accumulates Stats under a lock.
@@ -256,7 +264,8 @@ type collector struct {
 
 func newCollector() *collector {
 	return &collector{
-		s:    Stats{ByStatus: map[int]int64{}, ByResult: map[string]int64{}, ByCode: map[string]int64{}},
+		s: Stats{ByStatus: map[int]int64{}, ByResult: map[string]int64{}, ByCode: map[string]int64{},
+			ReplayedResults: map[string]int64{}},
 		seen: map[string]struct{}{},
 	}
 }
@@ -285,6 +294,9 @@ func (c *collector) attempt(retry bool, a answer) {
 		return
 	case a.replayed && is2xx(a.status):
 		c.s.Replayed++
+		if a.result != "" {
+			c.s.ReplayedResults[a.result]++
+		}
 	case is2xx(a.status) && a.result != "":
 		c.s.ByResult[a.result]++
 	case !is2xx(a.status) && a.code != "":
@@ -309,6 +321,7 @@ func (c *collector) snapshot() Stats {
 	}
 	out.ByResult = copyCounts(c.s.ByResult)
 	out.ByCode = copyCounts(c.s.ByCode)
+	out.ReplayedResults = copyCounts(c.s.ReplayedResults)
 	return out
 }
 
@@ -577,6 +590,18 @@ type answer struct {
 
 func is2xx(status int) bool { return status >= 200 && status < 300 }
 
+// PermanentRefusal reports a 4xx that the same request will get again: a
+// bad signature (401), an unknown provider or order (404), an invalid or
+// conflicting event (400, 422). 408, 409 (in flight, retry later), 425 and
+// 429 are worth a retry.
+func PermanentRefusal(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 400 && status < 500
+}
+
 // deliver runs one delivery to its end: a 2xx, given up, or ctx done.
 func (s *Sender) deliver(ctx context.Context, d Delivery, cs collectors) (Response, error) {
 	cs.delivery(d.EventID)
@@ -618,6 +643,8 @@ func (s *Sender) attempts(ctx context.Context, d Delivery, cs collectors) (Respo
 		delay = min(delay, s.cfg.Horizon-elapsed)
 		giveUp := ""
 		switch {
+		case a.err == nil && s.cfg.Permanent != nil && s.cfg.Permanent(a.status):
+			giveUp = "a refusal no retry changes"
 		case s.cfg.MaxAttempts > 0 && n >= s.cfg.MaxAttempts:
 			giveUp = fmt.Sprintf("MaxAttempts %d", s.cfg.MaxAttempts)
 		case elapsed >= s.cfg.Horizon:

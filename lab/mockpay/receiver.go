@@ -1,6 +1,7 @@
 package mockpay
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,8 +54,15 @@ func NewReceiver(secrets []webhooks.Secret, tolerance time.Duration) *Receiver {
 // maxEventBody bounds what the receiver reads of one delivery.
 const maxEventBody = 1 << 20
 
-// ServeHTTP receives one delivery.
+// ServeHTTP receives one delivery (a POST). A GET answers the counts as
+// JSON (ReceiverStats), so that a demo driver in another process can show
+// them; it needs no signature, as they are the receiver's own.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method == http.MethodGet {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(r.Stats())
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxEventBody))
 	if err != nil {
 		http.Error(w, "unreadable body", http.StatusBadRequest)
@@ -104,8 +112,35 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // ReceiverStats is what a Receiver counted.
 type ReceiverStats struct {
-	Received, Processed, DuplicatesDropped, Refused, AnswersLost, BadSignatures int
-	ByType                                                                      map[string]int
+	Received          int            `json:"received"`
+	Processed         int            `json:"processed"`
+	DuplicatesDropped int            `json:"duplicates_dropped"`
+	Refused           int            `json:"refused"`
+	AnswersLost       int            `json:"answers_lost"`
+	BadSignatures     int            `json:"bad_signatures"`
+	ByType            map[string]int `json:"by_type"`
+}
+
+// FetchReceiverStats reads the counts of a Receiver served at url (a GET
+// of its endpoint).
+func FetchReceiverStats(ctx context.Context, client *http.Client, url string) (ReceiverStats, error) {
+	var s ReceiverStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("merchant receiver: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("merchant receiver: GET answered %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxEventBody)).Decode(&s); err != nil {
+		return s, fmt.Errorf("merchant receiver: %w", err)
+	}
+	return s, nil
 }
 
 // Stats returns the counts so far.

@@ -3,6 +3,7 @@ package mockpay
 import (
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,5 +52,35 @@ func TestReceiver(t *testing.T) {
 	if s.Received != 3 || s.Processed != 2 || s.DuplicatesDropped != 1 || s.BadSignatures != 1 ||
 		s.ByType["order.paid"] != 1 || s.ByType["order.closed"] != 1 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestReceiverServesItsCounts: a GET of the endpoint answers the counts,
+// which FetchReceiverStats reads back as they are.
+func TestReceiverServesItsCounts(t *testing.T) {
+	sec, err := webhooks.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := NewReceiver([]webhooks.Secret{sec}, 5*time.Minute)
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	now := time.Now()
+	body := `{"id":"evt_1","type":"order.paid","data":{}}`
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/hooks", strings.NewReader(body))
+	req.Header.Set(webhooks.HeaderID, "evt_1")
+	req.Header.Set(webhooks.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(webhooks.HeaderSignature, webhooks.Sign(sec, "evt_1", now, []byte(body)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got, err := FetchReceiverStats(t.Context(), http.DefaultClient, srv.URL+"/hooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rcv.Stats(); got.Received != 1 || !reflect.DeepEqual(got, want) {
+		t.Errorf("fetched %+v, want %+v", got, want)
 	}
 }

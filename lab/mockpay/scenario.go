@@ -117,6 +117,13 @@ type ScenarioReport struct {
 	Ignored          int64
 	AmountMismatch   int64
 
+	// ViaNATS: every event went to paysvc's JetStream intake first, so the
+	// HTTP deliveries read back what the consumer decided, as replays.
+	ViaNATS bool
+	// EventResults counts each event once, by the result its first 2xx
+	// answer carried, whether that answer was the execution or a replay.
+	EventResults map[string]int
+
 	InFlight   int64 // 409 idempotency_key_in_use seen
 	RetryLater int64 // 409 retry_later seen
 	Conflicts  int64 // 422 seen on callbacks
@@ -302,7 +309,7 @@ func newScenarioRun(cfg ScenarioConfig) (*scenarioRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.rep = ScenarioReport{Seed: cfg.Seed, Orders: cfg.Orders}
+	r.rep = ScenarioReport{Seed: cfg.Seed, Orders: cfg.Orders, ViaNATS: cfg.Publish != nil}
 	return r, nil
 }
 

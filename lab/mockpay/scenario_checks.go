@@ -155,6 +155,12 @@ func (r *scenarioRun) report() ScenarioReport {
 	rep.Conflicts = st.ByStatus[http.StatusUnprocessableEntity]
 	rep.GaveUp = st.GaveUp
 	rep.Anomalies = slices.Clone(r.anomalies)
+	rep.EventResults = map[string]int{}
+	for _, p := range r.events {
+		if p.done && p.result != "" {
+			rep.EventResults[p.result]++
+		}
+	}
 	for _, o := range r.orders {
 		for _, rf := range o.refunds {
 			if rf.event != nil && rf.event.done && rf.event.result == "applied" {

@@ -13,18 +13,26 @@ import (
 func (r ScenarioReport) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", name, v) }
-	fmt.Fprintf(tw, "mockpay scenario: %d orders, seed %d, %v\n", r.Orders, r.Seed, r.Elapsed.Round(time.Millisecond))
+	via := ""
+	if r.ViaNATS {
+		via = " through NATS JetStream"
+	}
+	fmt.Fprintf(tw, "mockpay scenario%s: %d orders, seed %d, %v\n", via, r.Orders, r.Seed, r.Elapsed.Round(time.Millisecond))
 	row("orders created", fmt.Sprintf("%d (%d creates repeated with their key, replayed)", r.OrdersCreated, r.MerchantReplays))
-	row("events", r.Events)
-	row("deliveries (HTTP attempts)", r.Deliveries)
-	row("  redeliveries (same webhook-id)", r.Duplicates)
-	row("  retries", r.Retries)
-	row("results: applied", r.Applied)
-	row("  replayed", r.Replayed)
-	row("  duplicate_payment", r.DuplicatePayment)
-	row("  late_payment", r.LatePayment)
-	row("  ignored", r.Ignored)
-	row("  amount_mismatch", r.AmountMismatch)
+	if r.ViaNATS {
+		r.printNATSResults(row)
+	} else {
+		row("events", r.Events)
+		row("deliveries (HTTP attempts)", r.Deliveries)
+		row("  redeliveries (same webhook-id)", r.Duplicates)
+		row("  retries", r.Retries)
+		row("results: applied", r.Applied)
+		row("  replayed", r.Replayed)
+		row("  duplicate_payment", r.DuplicatePayment)
+		row("  late_payment", r.LatePayment)
+		row("  ignored", r.Ignored)
+		row("  amount_mismatch", r.AmountMismatch)
+	}
 	row("409 idempotency_key_in_use", r.InFlight)
 	row("409 retry_later", r.RetryLater)
 	row("422 on callbacks", r.Conflicts)
@@ -43,6 +51,21 @@ func (r ScenarioReport) Print(w io.Writer) {
 	_ = tw.Flush()
 	for _, a := range r.Anomalies {
 		fmt.Fprintf(w, "  ! %s\n", a)
+	}
+}
+
+// printNATSResults: each event was published to the stream first and
+// applied by paysvc's consumer; the HTTP delivery that followed (the
+// provider's redelivery) was answered from the stored result, a replay.
+// So the results are the events' own, counted once each, and a replay
+// is what success looks like here.
+func (r ScenarioReport) printNATSResults(row func(string, any)) {
+	row("events published to the stream", r.Events)
+	row("then delivered over HTTP", fmt.Sprintf("%d attempts (%d redeliveries, %d retries)", r.Deliveries, r.Duplicates, r.Retries))
+	row("results, decided by the consumer", formatCounts(r.EventResults))
+	row("HTTP answers replayed", fmt.Sprintf("%d of %d: the consumer had applied the event first", r.Replayed, r.Deliveries))
+	if r.Applied > 0 {
+		row("HTTP answers that applied", fmt.Sprintf("%d: the HTTP delivery got there before the consumer", r.Applied))
 	}
 }
 
