@@ -212,12 +212,21 @@ func TestServeDeliversEvents(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The relay counts an outcome once it is recorded, a moment after the
+	// row changes: read the metrics until the delivery is counted.
+	var body []byte
+	for {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `paysvc_notify_attempts_total{result="delivered"} 1`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{`paysvc_notify_attempts_total{result="delivered"} 1`, `paysvc_notify_attempts_total{result="failed"} 0`,
 		"paysvc_notify_exhausted_total 0", "paysvc_outbox_pending ", "paysvc_outbox_oldest_pending_seconds "} {
 		if !strings.Contains(string(body), want) {
