@@ -19,10 +19,11 @@ const (
 	NameCommitOrder     = "commit-order"
 	NameWindow          = "window"
 	NameClaimStyles     = "claim-styles"
+	NamePartition       = "partition-by-day"
 )
 
 // Names lists the experiments in the order Run runs them.
-var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles}
+var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles, NamePartition}
 
 // Run runs the named experiments (all of them when which is empty) at full
 // size against the server of dsn (its database name is ignored: every
@@ -71,6 +72,10 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		case NameClaimStyles:
 			var r ClaimStylesResult
 			r, err = RunClaimStyles(ctx, dsn, DefaultClaimStyles(), logf)
+			table = r.Markdown()
+		case NamePartition:
+			var r PartitionResult
+			r, err = RunPartition(ctx, dsn, DefaultPartition(), logf)
 			table = r.Markdown()
 		}
 		if err != nil {

@@ -274,3 +274,29 @@ func TestTableMarkdown(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestPartitionByDay: partitioned by the day of arrival, a duplicate
+// after midnight runs again for every key; the same day, or partitioned by
+// a day the key carries, or the service's engine: once.
+func TestPartitionByDay(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultPartition()
+	cfg.Keys = 20
+	r, err := RunPartition(testContext(t), dbtest.ServerDSN(), cfg, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", r.Markdown())
+	if len(r.Rows) != 6 {
+		t.Fatalf("%d rows, want 3 designs × 2 timings", len(r.Rows))
+	}
+	for i, row := range r.Rows {
+		want := int64(cfg.Keys)
+		if i == 1 { // partitioned by arrival day, across midnight
+			want = 2 * int64(cfg.Keys)
+		}
+		if row.Requests != 2*int64(cfg.Keys) || row.Executions != want || row.KeysTwice != want-int64(cfg.Keys) {
+			t.Errorf("%s, %s: %+v, want %d executions", row.Design, row.Timing, row, want)
+		}
+	}
+}

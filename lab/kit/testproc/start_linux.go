@@ -14,8 +14,13 @@ import (
 // the process, and the Go runtime does end threads (one that a goroutine
 // locked and left locked), so every child is forked from one thread that
 // is locked for good and never ends.
+//
+// Other attributes the caller set (a process group of its own) are kept.
 func Start(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	errc := make(chan error)
 	forker <- func() { errc <- cmd.Start() }
 	return <-errc
