@@ -20,10 +20,11 @@ const (
 	NameWindow          = "window"
 	NameClaimStyles     = "claim-styles"
 	NamePartition       = "partition-by-day"
+	NameKeyLayout       = "key-layout"
 )
 
 // Names lists the experiments in the order Run runs them.
-var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles, NamePartition}
+var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles, NamePartition, NameKeyLayout}
 
 // Run runs the named experiments (all of them when which is empty) at full
 // size against the server of dsn (its database name is ignored: every
@@ -76,6 +77,10 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		case NamePartition:
 			var r PartitionResult
 			r, err = RunPartition(ctx, dsn, DefaultPartition(), logf)
+			table = r.Markdown()
+		case NameKeyLayout:
+			var r KeyLayoutResult
+			r, err = RunKeyLayout(ctx, dsn, DefaultKeyLayout(), logf)
 			table = r.Markdown()
 		}
 		if err != nil {

@@ -300,3 +300,27 @@ func TestPartitionByDay(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyLayout: with key_hash as the primary key a new key's claim does
+// not wait for a duplicate of its neighbour; with key_hash a unique
+// secondary index it queues behind that duplicate, at both isolation
+// levels.
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultKeyLayout()
+	cfg.Hold = 1500 * time.Millisecond
+	r, err := RunKeyLayout(testContext(t), dbtest.ServerDSN(), cfg, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", r.Markdown())
+	if len(r.Rows) != 2*len(cfg.Isolations) {
+		t.Fatalf("%d rows, want 2 layouts × %d isolation levels", len(r.Rows), len(cfg.Isolations))
+	}
+	for i, row := range r.Rows {
+		secondary := i >= len(cfg.Isolations)
+		if row.NewKeyBlocked != secondary || row.NewKeyErr != "" || row.DuplicateErr != "lock wait timeout (in flight)" {
+			t.Errorf("%s, %s: %+v, want the new key inserted, blocked = %v", row.Layout, row.Isolation, row, secondary)
+		}
+	}
+}
