@@ -178,6 +178,15 @@ func (b *bench) sizesSection(ctx context.Context) (points []SizePoint, part *Par
 		if err := b.measureSize(ctx, servers, &p); err != nil {
 			return points, nil, err
 		}
+		p.LoadEnd = loadAvg()
+		points = append(points, p)
+		printSizePoint(b.stdout, p)
+		// Drawn after every size, so that a run stopped later keeps it.
+		if o.SizePlot != "" {
+			if err := plotSizes(points, o.SizePlot, b.machine, o); err != nil {
+				return points, nil, fmt.Errorf("plot: %w", err)
+			}
+		}
 		if k == len(o.Sizes)-1 && !o.Skip[SectionPartition] {
 			r, err := b.partitionCell(ctx, servers[0], seedMode, measureMode)
 			if err != nil {
@@ -188,9 +197,6 @@ func (b *bench) sizesSection(ctx context.Context) (points []SizePoint, part *Par
 		for _, s := range servers {
 			s.close()
 		}
-		p.LoadEnd = loadAvg()
-		points = append(points, p)
-		printSizePoint(b.stdout, p)
 	}
 	return points, part, nil
 }
