@@ -71,7 +71,7 @@ func newPrivateServer(ctx context.Context, parent, name string) (*privateServer,
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	out, err := exec.CommandContext(ctx, "mariadb-install-db", args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, serverBinary("mariadb-install-db"), args...).CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("mariadb-install-db (scripts/ensure-mariadb.sh installs it): %w\n%s", err, out)
 	}
@@ -104,7 +104,7 @@ func (s *privateServer) start(ctx context.Context, mode serverMode) error {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	cmd := exec.Command("mariadbd", args...)
+	cmd := exec.Command(serverBinary("mariadbd"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := testproc.Start(cmd); err != nil {
 		return fmt.Errorf("start mariadbd: %w", err)
@@ -197,4 +197,23 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serverBinary finds a MariaDB program on PATH, else where Debian installs
+// it (mariadbd is in /usr/sbin, which not every PATH has).
+func serverBinary(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+		if p := filepath.Join(dir, name); fileExists(p) {
+			return p
+		}
+	}
+	return name
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
