@@ -66,6 +66,11 @@ const (
 	// SectionKeys compares a database key with an environment key
 	// (keys.go).
 	SectionKeys = "keys"
+	// SectionSizes is cost against table size, and the two layouts of
+	// idempotency_records (sizes.go); SectionPartition its last size's
+	// DROP PARTITION against batched DELETE (partition.go).
+	SectionSizes     = "sizes"
+	SectionPartition = "partition"
 )
 
 var sectionAliases = map[string]string{
@@ -80,6 +85,8 @@ var sectionAliases = map[string]string{
 	"i": SectionDupStorm, SectionDupStorm: SectionDupStorm,
 	"j": SectionDBWork, SectionDBWork: SectionDBWork,
 	"k": SectionKeys, SectionKeys: SectionKeys,
+	"l": SectionSizes, SectionSizes: SectionSizes,
+	"m": SectionPartition, SectionPartition: SectionPartition,
 }
 
 // Options are the command's flags.
@@ -99,6 +106,21 @@ type Options struct {
 	PurgeWriters int
 	// SettleEntries is the size of the settled day's ledger (g).
 	SettleEntries int
+	// The sizes section (k): idempotency records at each size; buffer
+	// pool while measuring and while seeding; redo log size; workers per
+	// cell; unmeasured load after each cold start; records purged at each
+	// size; where the plot goes. The partition cell (l): rows of the
+	// partitioned table and the days they span.
+	Sizes           []int
+	SizePoolMiB     int
+	SizeSeedPoolMiB int
+	SizeLogFileMiB  int
+	SizeWorkers     int
+	SizeWarm        time.Duration
+	SizePurgeRows   int
+	SizePlot        string
+	PartitionRows   int
+	PartitionDays   int
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -110,7 +132,18 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m)")
+	only := fs.String("only", "", "comma-separated sections to run, skipping all others (same names as -skip)")
+	sizes := fs.String("sizes", "0,1000000,5000000,10000000", "sizes section: idempotency records at each measured size (with half as many orders, payments, ledger entries and events)")
+	fs.IntVar(&o.SizePoolMiB, "size-pool", 256, "sizes section: innodb_buffer_pool_size in MiB while measuring")
+	fs.IntVar(&o.SizeSeedPoolMiB, "size-seed-pool", 4096, "sizes section: innodb_buffer_pool_size in MiB while seeding")
+	fs.IntVar(&o.SizeLogFileMiB, "size-log-file", 512, "sizes section: innodb_log_file_size in MiB (0: the server's default)")
+	fs.IntVar(&o.SizeWorkers, "size-workers", 8, "sizes section: concurrent workers per cell")
+	fs.DurationVar(&o.SizeWarm, "size-warm", 15*time.Second, "sizes section: unmeasured load per cell after each cold start")
+	fs.IntVar(&o.SizePurgeRows, "size-purge-rows", 50_000, "sizes section: records purged at each size (0: no purge)")
+	fs.StringVar(&o.SizePlot, "size-plot", "bench-sizes.png", "sizes section: the PNG of throughput and p99 against size")
+	fs.IntVar(&o.PartitionRows, "partition-rows", 10_000_000, "partition cell: rows of the table partitioned by day")
+	fs.IntVar(&o.PartitionDays, "partition-days", 100, "partition cell: days those rows span (one partition each); the oldest is dropped, and as many records deleted in batches")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -137,13 +170,22 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.Quick {
 		quick := map[string]func(){
-			"duration":       func() { o.Duration = 300 * time.Millisecond },
-			"warmup":         func() { o.Warmup = 100 * time.Millisecond },
-			"rounds":         func() { o.Rounds = 1 },
-			"storage-rows":   func() { o.StorageRows = 2000 },
-			"purge-rows":     func() { o.PurgeRows = 3000 },
-			"purge-batch":    func() { o.PurgeBatch = 1000 },
-			"settle-entries": func() { o.SettleEntries = 20_000 },
+			"duration":        func() { o.Duration = 300 * time.Millisecond },
+			"warmup":          func() { o.Warmup = 100 * time.Millisecond },
+			"rounds":          func() { o.Rounds = 1 },
+			"storage-rows":    func() { o.StorageRows = 2000 },
+			"purge-rows":      func() { o.PurgeRows = 3000 },
+			"purge-batch":     func() { o.PurgeBatch = 1000 },
+			"settle-entries":  func() { o.SettleEntries = 20_000 },
+			"sizes":           func() { *sizes = "0,3000" },
+			"size-pool":       func() { o.SizePoolMiB = 32 },
+			"size-seed-pool":  func() { o.SizeSeedPoolMiB = 64 },
+			"size-log-file":   func() { o.SizeLogFileMiB = 0 },
+			"size-workers":    func() { o.SizeWorkers = 4 },
+			"size-warm":       func() { o.SizeWarm = 100 * time.Millisecond },
+			"size-purge-rows": func() { o.SizePurgeRows = 500 },
+			"partition-rows":  func() { o.PartitionRows = 3000 },
+			"partition-days":  func() { o.PartitionDays = 3 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -158,16 +200,28 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		o.Ns = append(o.Ns, n)
 	}
-	for _, f := range strings.Split(*skip, ",") {
-		f = strings.ToLower(strings.TrimSpace(f))
-		if f == "" {
-			continue
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || len(o.Sizes) > 0 && n <= o.Sizes[len(o.Sizes)-1] {
+			return o, fmt.Errorf("-sizes: %q is not a rising list of record counts", *sizes)
 		}
-		name, ok := sectionAliases[f]
-		if !ok {
-			return o, fmt.Errorf("-skip: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys)", f)
+		o.Sizes = append(o.Sizes, n)
+	}
+	skipped, err := sectionList("-skip", *skip)
+	if err != nil {
+		return o, err
+	}
+	o.Skip = skipped
+	if *only != "" {
+		run, err := sectionList("-only", *only)
+		if err != nil {
+			return o, err
 		}
-		o.Skip[name] = true
+		for _, name := range sectionAliases {
+			if !run[name] {
+				o.Skip[name] = true
+			}
+		}
 	}
 	switch {
 	case o.Duration <= 0 && o.Count <= 0:
@@ -178,8 +232,28 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, errors.New("-rounds must be at least 1")
 	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
 		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
+	case o.SizePoolMiB < 8 || o.SizeSeedPoolMiB < 8 || o.SizeWorkers < 1 || o.SizeWarm < 0 || o.SizePurgeRows < 0 ||
+		o.PartitionRows < 1 || o.PartitionDays < 2:
+		return o, errors.New("-size-pool and -size-seed-pool must be at least 8 (MiB), -size-workers and -partition-rows at least 1, -partition-days at least 2")
 	}
 	return o, nil
+}
+
+// sectionList parses a comma-separated list of section names or letters.
+func sectionList(flagName, list string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, f := range strings.Split(list, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		name, ok := sectionAliases[f]
+		if !ok {
+			return nil, fmt.Errorf("%s: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys, sizes, partition)", flagName, f)
+		}
+		out[name] = true
+	}
+	return out, nil
 }
 
 // Machine is what the numbers were measured on.
@@ -207,12 +281,15 @@ type Report struct {
 	DupStorm   []DupStorm
 	DBWork     []DBWork
 	Keys       []KeysComparison
+	Sizes      []SizePoint
+	Partition  *PartitionResult
 }
 
 type bench struct {
-	opts   Options
-	stdout io.Writer
-	stderr io.Writer
+	opts    Options
+	machine Machine // what Run found out before the sections
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 // Run measures every section not skipped and prints the tables to stdout
@@ -246,6 +323,7 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		return rep, fmt.Errorf("server version: %w", err)
 	}
 	b.header(rep.Machine, sc.cfg.DBName)
+	b.machine = rep.Machine
 
 	if !opts.Skip[SectionCallbacks] || !opts.Skip[SectionOrders] || !opts.Skip[SectionRoundTrips] ||
 		!opts.Skip[SectionNATS] || !opts.Skip[SectionSettle] || !opts.Skip[SectionDBWork] || !opts.Skip[SectionKeys] {
@@ -290,6 +368,21 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		rep.DupStorm = ds
 		if err != nil {
 			return rep, fmt.Errorf("dupstorm: %w", err)
+		}
+	}
+	if !opts.Skip[SectionSizes] {
+		fmt.Fprintf(stdout, "\n== (k) sizes: orders and callbacks against table size, idempotency_records clustered on the random key hash vs in arrival order ==\n")
+		pts, part, err := b.sizesSection(ctx)
+		rep.Sizes, rep.Partition = pts, part
+		if err != nil {
+			return rep, fmt.Errorf("sizes: %w", err)
+		}
+		printSizes(stdout, pts)
+		if part != nil {
+			printPartition(stdout, *part)
+		}
+		if len(pts) > 0 && opts.SizePlot != "" {
+			fmt.Fprintf(stdout, "  plot: %s\n", opts.SizePlot)
 		}
 	}
 	rep.Machine.LoadEnd = loadAvg()

@@ -23,26 +23,11 @@ import (
 // server and checks that every section ran and reported numbers. It never
 // looks at how fast anything was, nor at whether a target was met: on a
 // shared machine those are measurements, not test outcomes.
+//
+// The sizes section starts servers of its own: TestQuickSizes runs it.
 func TestQuickRun(t *testing.T) {
-	opts, err := ParseFlags([]string{"-quick"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	getenv := func(name string) string {
-		if name == "PAYSVC_TEST_DSN" {
-			return dbtest.ServerDSN()
-		}
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	rep, err := Run(ctx, opts, getenv, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	out := stdout.String()
+	opts, rep, out := runQuick(t, "-quick", "-skip", "sizes")
+	ctx := context.Background()
 
 	for _, want := range []string{
 		"command: go run ./lab/cmd/bench -quick", "machine: ", "server:  ", "== round trips",
@@ -290,6 +275,31 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
+// runQuick runs the benchmark with args against the test server, within
+// 5 minutes, and returns its options, report and standard output.
+func runQuick(t *testing.T, args ...string) (Options, *Report, string) {
+	t.Helper()
+	opts, err := ParseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(name string) string {
+		if name == "PAYSVC_TEST_DSN" {
+			return dbtest.ServerDSN()
+		}
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	rep, err := Run(ctx, opts, getenv, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	return opts, rep, stdout.String()
+}
+
 func TestParseFlags(t *testing.T) {
 	o, err := ParseFlags([]string{"-quick", "-rounds", "2", "-skip", "a, e", "-n", "1,8"}, io.Discard)
 	if err != nil {
@@ -312,7 +322,20 @@ func TestParseFlags(t *testing.T) {
 		d.PurgeRows != 150_000 || d.PurgeBatch != 5000 || len(d.Ns) != 2 {
 		t.Errorf("defaults: %+v", d)
 	}
-	for _, bad := range [][]string{{"-n", "0"}, {"-n", "x"}, {"-skip", "nope"}, {"-rounds", "0"}, {"extra"}} {
+	only, err := ParseFlags([]string{"-only", "sizes, l"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range sectionAliases {
+		if only.Skip[sectionAliases[name]] == (sectionAliases[name] == SectionSizes || sectionAliases[name] == SectionPartition) {
+			t.Errorf("-only sizes,l: skip[%s] = %v", sectionAliases[name], only.Skip[sectionAliases[name]])
+		}
+	}
+	if len(d.Sizes) != 4 || d.Sizes[3] != 10_000_000 || d.SizePoolMiB != 256 {
+		t.Errorf("size defaults: %v, pool %d", d.Sizes, d.SizePoolMiB)
+	}
+	for _, bad := range [][]string{{"-n", "0"}, {"-n", "x"}, {"-skip", "nope"}, {"-only", "nope"}, {"-rounds", "0"}, {"extra"},
+		{"-sizes", "5,1"}, {"-sizes", "-1"}} {
 		if _, err := ParseFlags(bad, io.Discard); err == nil {
 			t.Errorf("ParseFlags(%q) accepted", bad)
 		}
@@ -338,6 +361,19 @@ func TestSQLMatchesService(t *testing.T) {
 	} {
 		if !strings.Contains(c.src, "`"+c.sql+"`") {
 			t.Errorf("%s: the service no longer issues\n%s", name, c.sql)
+		}
+	}
+	// The sizes section's purge (rawPurge) sends the service's purge
+	// statements for today's layout.
+	purge := read("idempotency/purge.go")
+	del := purgeDelete("key_hash", 2)
+	for name, frag := range map[string]string{
+		"purge select":     "`" + purgeSelect("key_hash") + "`",
+		"purge delete":     `"` + strings.TrimSuffix(del, ",?) AND r.expires_at <= ?") + `"`,
+		"purge delete end": `") AND r.expires_at <= ?"`,
+	} {
+		if !strings.Contains(purge, frag) {
+			t.Errorf("%s: idempotency/purge.go no longer has %s", name, frag)
 		}
 	}
 	// The batches join those statements as the engine joins them.

@@ -34,6 +34,7 @@ type Cell struct {
 	FirstP50, FirstP99   time.Duration
 	ReplayP50, ReplayP99 time.Duration
 	Ops, Errs            int
+	Replays              int // of Ops
 	FirstErr             string
 }
 
@@ -153,6 +154,7 @@ func (cell *Cell) summarize(samples []sample) {
 	first := sortedLatencies(samples, func(s sample) bool { return s.kind == kindFirst })
 	replay := sortedLatencies(samples, func(s sample) bool { return s.kind == kindReplay })
 	cell.Ops = len(all)
+	cell.Replays = len(replay)
 	cell.P50, cell.P99, cell.Max = all.p50(), all.p99(), all.max()
 	cell.FirstP50, cell.FirstP99 = first.p50(), first.p99()
 	cell.ReplayP50, cell.ReplayP99 = replay.p50(), replay.p99()

@@ -152,6 +152,45 @@ func (b *bench) dbWorkSection(ctx context.Context, raw, status *sql.DB, svc *ser
 // around each measured window.
 func (b *bench) dbWork(ctx context.Context, n int, sides []dbWorkSide, status *sql.DB) (DBWork, error) {
 	w := DBWork{N: n, Cells: make([]DBWorkCell, len(sides))}
+	ms := make([]meteredSide, len(sides))
+	for i, sd := range sides {
+		ms[i] = meteredSide{side: sd.side, status: status, what: sd.workload + " " + sd.design}
+	}
+	cells, perOp, err := b.meteredRounds(ctx, SectionDBWork, n, ms, statusCounters)
+	if err != nil {
+		return w, err
+	}
+	for i, sd := range sides {
+		c := &w.Cells[i]
+		c.Workload, c.Design = sd.workload, sd.design
+		c.RoundTrips, c.Commits, c.ReplayRoundTrips = sd.roundTrips, sd.commits, sd.replayRoundTrips
+		c.Cell, c.PerOp = cells[i], perOp[i]
+		if sd.roundTrips > 0 && c.Cell.Ops > 0 {
+			rt := (c.Cell.Ops-c.Cell.Replays)*sd.roundTrips + c.Cell.Replays*sd.replayRoundTrips
+			c.RoundTripsPerOp = float64(rt) / float64(c.Cell.Ops)
+		}
+	}
+	for i := range w.Cells {
+		w.Cells[i].Ratio = ratio(w.Cells[i].Cell.MedianRate, w.Cells[0].Cell.MedianRate)
+	}
+	return w, nil
+}
+
+// meteredSide is a side whose cells are metered by the counters of the
+// server status reads (a pool of its own, so that reading the counters
+// never waits for a connection the workers hold).
+type meteredSide struct {
+	side   *side
+	status *sql.DB
+	what   string // for errors
+}
+
+// meteredRounds runs the sides' cells interleaved, round after round, and
+// returns each side's cell and, per side, each of counters' delta over
+// its measured windows divided by the operations measured in them (a
+// counter the server does not have is absent).
+func (b *bench) meteredRounds(ctx context.Context, section string, n int, sides []meteredSide, counters []string) ([]Cell, []map[string]float64, error) {
+	cells := make([]Cell, len(sides))
 	samples := make([][]sample, len(sides))
 	deltas := make([]map[string]int64, len(sides))
 	for r := 1; r <= b.opts.Rounds; r++ {
@@ -163,7 +202,7 @@ func (b *bench) dbWork(ctx context.Context, n int, sides []dbWorkSide, status *s
 			window := func(open bool) {
 				// Not ctx: a cancelled run fails in runRound anyway, and
 				// a half-read window must not look like a measurement.
-				s, err := globalStatus(context.WithoutCancel(ctx), status)
+				s, err := globalStatus(context.WithoutCancel(ctx), sd.status, counters)
 				if err != nil {
 					serr = errors.Join(serr, err)
 				}
@@ -173,12 +212,12 @@ func (b *bench) dbWork(ctx context.Context, n int, sides []dbWorkSide, status *s
 					after = s
 				}
 			}
-			s, err := b.runRound(ctx, SectionDBWork, n, r, sd.side, &w.Cells[i].Cell, window)
+			s, err := b.runRound(ctx, section, n, r, sd.side, &cells[i], window)
 			if err != nil {
-				return w, err
+				return cells, nil, err
 			}
 			if serr != nil {
-				return w, fmt.Errorf("%s %s: server counters: %w", sd.workload, sd.design, serr)
+				return cells, nil, fmt.Errorf("%s: server counters: %w", sd.what, serr)
 			}
 			samples[i] = append(samples[i], s...)
 			if deltas[i] == nil {
@@ -191,38 +230,22 @@ func (b *bench) dbWork(ctx context.Context, n int, sides []dbWorkSide, status *s
 			}
 		}
 	}
-	for i, sd := range sides {
-		c := &w.Cells[i]
-		c.Workload, c.Design = sd.workload, sd.design
-		c.RoundTrips, c.Commits, c.ReplayRoundTrips = sd.roundTrips, sd.commits, sd.replayRoundTrips
-		c.Cell.summarize(samples[i])
-		if c.Cell.Ops > 0 {
-			c.PerOp = map[string]float64{}
+	perOp := make([]map[string]float64, len(sides))
+	for i := range cells {
+		cells[i].summarize(samples[i])
+		if cells[i].Ops > 0 {
+			perOp[i] = map[string]float64{}
 			for name, d := range deltas[i] {
-				c.PerOp[name] = float64(d) / float64(c.Cell.Ops)
-			}
-			if sd.roundTrips > 0 {
-				var rt int
-				for _, s := range samples[i] {
-					if s.kind == kindReplay {
-						rt += sd.replayRoundTrips
-					} else {
-						rt += sd.roundTrips
-					}
-				}
-				c.RoundTripsPerOp = float64(rt) / float64(c.Cell.Ops)
+				perOp[i][name] = float64(d) / float64(cells[i].Ops)
 			}
 		}
 	}
-	for i := range w.Cells {
-		w.Cells[i].Ratio = ratio(w.Cells[i].Cell.MedianRate, w.Cells[0].Cell.MedianRate)
-	}
-	return w, nil
+	return cells, perOp, nil
 }
 
-// globalStatus reads statusCounters.
-func globalStatus(ctx context.Context, status *sql.DB) (map[string]int64, error) {
-	q := "SHOW GLOBAL STATUS WHERE Variable_name IN ('" + strings.Join(statusCounters, "', '") + "')"
+// globalStatus reads the named status counters.
+func globalStatus(ctx context.Context, status *sql.DB, names []string) (map[string]int64, error) {
+	q := "SHOW GLOBAL STATUS WHERE Variable_name IN ('" + strings.Join(names, "', '") + "')"
 	rows, err := status.QueryContext(ctx, q)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,9 @@ func (b *bench) purge(ctx context.Context, raw *sql.DB, sc *scratch) (Purge, err
 				return out, err
 			}
 		}
-		pr, base, during, err := b.purgeRound(ctx, gdb, engine)
+		pr, base, during, err := b.purgeRound(ctx, engineWriter(engine), func(ctx context.Context) (int64, error) {
+			return idempotency.Purge(ctx, gdb, time.Now(), b.opts.PurgeBatch, nil)
+		})
 		if err != nil {
 			return out, err
 		}
@@ -118,11 +121,29 @@ type timedSample struct {
 	start, end time.Time
 }
 
+// writerFunc is one write of a writer running beside a purge; r is the
+// writer's own generator.
+type writerFunc func(ctx context.Context, r *rand.Rand) error
+
+// engineWriter writes through engine.Do with a trivial business function
+// (claim, fence, COMMIT), a new random key each time.
+func engineWriter(engine *idempotency.Engine) writerFunc {
+	body := orderResponse(sampleOrder())
+	return func(ctx context.Context, r *rand.Rand) error {
+		req := idempotency.Request{Scope: "m:bench", Key: uuidV4(r), TTL: orderTTL}
+		copy(req.Fingerprint[:], randomHash(r))
+		_, err := engine.Do(ctx, req, func(context.Context, *gorm.DB) (idempotency.Response, error) {
+			return idempotency.Response{Status: 201, ContentType: "application/json", Body: body}, nil
+		})
+		return err
+	}
+}
+
 // purgeRound runs the writers through warm-up, a baseline period of the
-// measurement duration, and a purge; it returns the samples of operations
+// measurement duration, and purge; it returns the samples of operations
 // that ran entirely in the baseline period and of those that overlapped
 // the purge.
-func (b *bench) purgeRound(ctx context.Context, gdb *gorm.DB, engine *idempotency.Engine) (PurgeRound, []sample, []sample, error) {
+func (b *bench) purgeRound(ctx context.Context, write writerFunc, purge func(context.Context) (int64, error)) (PurgeRound, []sample, []sample, error) {
 	var (
 		stop     atomic.Bool
 		wg       sync.WaitGroup
@@ -131,7 +152,6 @@ func (b *bench) purgeRound(ctx context.Context, gdb *gorm.DB, engine *idempotenc
 		errs     int
 		firstErr error
 	)
-	body := orderResponse(sampleOrder())
 	for range b.opts.PurgeWriters {
 		wg.Add(1)
 		go func() {
@@ -142,12 +162,8 @@ func (b *bench) purgeRound(ctx context.Context, gdb *gorm.DB, engine *idempotenc
 				localErrs := 0
 				var localFirst error
 				for !stop.Load() && ctx.Err() == nil {
-					req := idempotency.Request{Scope: "m:bench", Key: uuidV4(r), TTL: orderTTL}
-					copy(req.Fingerprint[:], randomHash(r))
 					t0 := time.Now()
-					_, err := engine.Do(ctx, req, func(context.Context, *gorm.DB) (idempotency.Response, error) {
-						return idempotency.Response{Status: 201, ContentType: "application/json", Body: body}, nil
-					})
+					err := write(ctx, r)
 					t1 := time.Now()
 					if err != nil {
 						localErrs++
@@ -178,7 +194,7 @@ func (b *bench) purgeRound(ctx context.Context, gdb *gorm.DB, engine *idempotenc
 	baseStart := time.Now()
 	sleep(b.opts.Duration)
 	purgeStart := time.Now()
-	deleted, perr := idempotency.Purge(ctx, gdb, time.Now(), b.opts.PurgeBatch, nil)
+	deleted, perr := purge(ctx)
 	purgeEnd := time.Now()
 	stop.Store(true)
 	wg.Wait()

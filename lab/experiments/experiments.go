@@ -19,10 +19,12 @@ const (
 	NameCommitOrder     = "commit-order"
 	NameWindow          = "window"
 	NameClaimStyles     = "claim-styles"
+	NamePartition       = "partition-by-day"
+	NameKeyLayout       = "key-layout"
 )
 
 // Names lists the experiments in the order Run runs them.
-var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles}
+var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles, NamePartition, NameKeyLayout}
 
 // Run runs the named experiments (all of them when which is empty) at full
 // size against the server of dsn (its database name is ignored: every
@@ -71,6 +73,14 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		case NameClaimStyles:
 			var r ClaimStylesResult
 			r, err = RunClaimStyles(ctx, dsn, DefaultClaimStyles(), logf)
+			table = r.Markdown()
+		case NamePartition:
+			var r PartitionResult
+			r, err = RunPartition(ctx, dsn, DefaultPartition(), logf)
+			table = r.Markdown()
+		case NameKeyLayout:
+			var r KeyLayoutResult
+			r, err = RunKeyLayout(ctx, dsn, DefaultKeyLayout(), logf)
 			table = r.Markdown()
 		}
 		if err != nil {

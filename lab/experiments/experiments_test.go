@@ -275,3 +275,53 @@ func TestTableMarkdown(t *testing.T) {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestPartitionByDay: partitioned by the day of arrival, a duplicate
+// after midnight runs again for every key; the same day, or partitioned by
+// a day the key carries, or the service's engine: once.
+func TestPartitionByDay(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultPartition()
+	cfg.Keys = 20
+	r, err := RunPartition(testContext(t), dbtest.ServerDSN(), cfg, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", r.Markdown())
+	if len(r.Rows) != 6 {
+		t.Fatalf("%d rows, want 3 designs × 2 timings", len(r.Rows))
+	}
+	for i, row := range r.Rows {
+		want := int64(cfg.Keys)
+		if i == 1 { // partitioned by arrival day, across midnight
+			want = 2 * int64(cfg.Keys)
+		}
+		if row.Requests != 2*int64(cfg.Keys) || row.Executions != want || row.KeysTwice != want-int64(cfg.Keys) {
+			t.Errorf("%s, %s: %+v, want %d executions", row.Design, row.Timing, row, want)
+		}
+	}
+}
+
+// TestKeyLayout: with key_hash as the primary key a new key's claim does
+// not wait for a duplicate of its neighbour; with key_hash a unique
+// secondary index it queues behind that duplicate, at both isolation
+// levels.
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultKeyLayout()
+	cfg.Hold = 1500 * time.Millisecond
+	r, err := RunKeyLayout(testContext(t), dbtest.ServerDSN(), cfg, testLogf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", r.Markdown())
+	if len(r.Rows) != 2*len(cfg.Isolations) {
+		t.Fatalf("%d rows, want 2 layouts × %d isolation levels", len(r.Rows), len(cfg.Isolations))
+	}
+	for i, row := range r.Rows {
+		secondary := i >= len(cfg.Isolations)
+		if row.NewKeyBlocked != secondary || row.NewKeyErr != "" || row.DuplicateErr != "lock wait timeout (in flight)" {
+			t.Errorf("%s, %s: %+v, want the new key inserted, blocked = %v", row.Layout, row.Isolation, row, secondary)
+		}
+	}
+}

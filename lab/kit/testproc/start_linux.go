@@ -15,8 +15,8 @@ import (
 // locked and left locked), so every child is forked from one thread that
 // is locked for good and never ends.
 //
-// Attributes already set on cmd (a Credential, to run the child as
-// another user) are kept.
+// Other attributes the caller set (a Credential, to run the child as
+// another user; a process group of its own) are kept.
 func Start(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
