@@ -170,7 +170,12 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.Quick {
 		quick := map[string]func(){
-			"duration":        func() { o.Duration = 300 * time.Millisecond },
+			"duration": func() { o.Duration = 300 * time.Millisecond },
+			// A count, not a time, for the cells that compare: a smoke
+			// run asserts that each cell measured something, and on a
+			// loaded machine a 300 ms window can end before an operation
+			// of 9 statements does.
+			"count":           func() { o.Count = 10 },
 			"warmup":          func() { o.Warmup = 100 * time.Millisecond },
 			"rounds":          func() { o.Rounds = 1 },
 			"storage-rows":    func() { o.StorageRows = 2000 },
