@@ -322,13 +322,13 @@ func TestParseFlags(t *testing.T) {
 		d.PurgeRows != 150_000 || d.PurgeBatch != 5000 || len(d.Ns) != 2 {
 		t.Errorf("defaults: %+v", d)
 	}
-	only, err := ParseFlags([]string{"-only", "sizes, l"}, io.Discard)
+	only, err := ParseFlags([]string{"-only", "sizes, m"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name := range sectionAliases {
 		if only.Skip[sectionAliases[name]] == (sectionAliases[name] == SectionSizes || sectionAliases[name] == SectionPartition) {
-			t.Errorf("-only sizes,l: skip[%s] = %v", sectionAliases[name], only.Skip[sectionAliases[name]])
+			t.Errorf("-only sizes,m: skip[%s] = %v", sectionAliases[name], only.Skip[sectionAliases[name]])
 		}
 	}
 	if len(d.Sizes) != 4 || d.Sizes[3] != 10_000_000 || d.SizePoolMiB != 256 {
