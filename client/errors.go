@@ -75,10 +75,14 @@ func HasCode(err error, code string) bool {
 // maxDetail bounds the Detail taken from an answer that is not a problem.
 const maxDetail = 200
 
-// problemOf reads the answer of a failed attempt.
+// problemOf reads the answer of a failed attempt: a problem document
+// (application/problem+json, or JSON under another JSON type), or else
+// whatever it is.
 func problemOf(status int, h http.Header, body []byte) *Error {
 	e := &Error{}
-	if !strings.HasPrefix(h.Get("Content-Type"), "application/problem+json") || json.Unmarshal(body, e) != nil {
+	ct := h.Get("Content-Type")
+	isJSON := strings.HasPrefix(ct, "application/problem+json") || strings.HasPrefix(ct, "application/json")
+	if !isJSON || json.Unmarshal(body, e) != nil || e.Code == "" {
 		e = &Error{Title: http.StatusText(status), Detail: strings.TrimSpace(string(body[:min(len(body), maxDetail)]))}
 	}
 	e.Status = status
