@@ -153,7 +153,7 @@ func TestPauses(t *testing.T) {
 			[]time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 400 * ms}, true},
 		{"exponential, most jitter", slices.Repeat([]scriptedAnswer{unavailable("")}, 6), most,
 			[]time.Duration{100*ms - 1, 200*ms - 1, 400*ms - 1, 800*ms - 1, 800*ms - 1}, true},
-		// Never sooner than Retry-After, and up to a fifth later.
+		// Retry-After, and up to a fifth later, whatever the backoff.
 		{"Retry-After seconds", []scriptedAnswer{unavailable("3"), ok}, least, []time.Duration{3000 * ms}, false},
 		{"Retry-After seconds, most jitter", []scriptedAnswer{unavailable("3"), ok}, most, []time.Duration{3600*ms - 1}, false},
 		{"Retry-After 0 does not shorten the backoff", []scriptedAnswer{unavailable("0"), ok}, least, []time.Duration{50 * ms}, false},
@@ -183,6 +183,23 @@ func TestPauses(t *testing.T) {
 				t.Errorf("pauses %v, want %v", clock.pauses, tc.want)
 			}
 		})
+	}
+}
+
+// paysvc's Retry-After is the pause even when the backoff has grown
+// longer: it knows when the key will be free or its database back.
+func TestRetryAfterOverridesALongerBackoff(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&scripted{answers: []scriptedAnswer{unavailable(""), unavailable(""), unavailable("1"), {201, "", created}}})
+	defer srv.Close()
+	clock := &fakeTime{now: time.Now()}
+	c := client.New(srv.URL, "key", unchecked, client.WithClock(clock.Now, clock.Sleep), client.WithRandom(func(int64) int64 { return 0 }),
+		client.WithBackoff(4*time.Second, 8*time.Second))
+	if _, err := c.GetOrder(context.Background(), "ord_1"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{2 * time.Second, 4 * time.Second, time.Second}; !slices.Equal(clock.pauses, want) {
+		t.Errorf("pauses %v, want %v", clock.pauses, want)
 	}
 }
 

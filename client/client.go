@@ -89,9 +89,9 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = 
 // deadline then.
 func WithMaxAttempts(n int) Option { return func(c *Client) { c.maxAttempts = max(n, 0) } }
 
-// WithBackoff sets the pause before retry n to a random duration between
-// half and all of initial·2^(n-1), at most max; a Retry-After from paysvc
-// makes it longer, never shorter.
+// WithBackoff sets the pause before retry n, when the answer has no
+// Retry-After, to a random duration between half and all of
+// initial·2^(n-1), at most max.
 func WithBackoff(initial, max time.Duration) Option {
 	return func(c *Client) { c.initialBackoff, c.maxBackoff = initial, max }
 }
@@ -310,13 +310,14 @@ func (c *Client) pause(ctx context.Context, n int, a Attempt) (time.Duration, er
 	}
 	wait = min(wait, c.maxBackoff)
 	wait = wait/2 + c.jitter(wait/2)
-	if ra, ok := retryAfter(a.Header, c.now()); ok {
+	if ra, ok := retryAfter(a.Header, c.now()); ok && ra > 0 {
 		if ra > maxRetryAfter {
 			return 0, fmt.Errorf("paysvc asked to retry after %v, more than %v", ra, maxRetryAfter)
 		}
-		// Never sooner than paysvc asked, and spread over a fifth more
-		// so that the duplicates of a storm do not come back together.
-		wait = max(wait, ra+c.jitter(ra/5))
+		// When paysvc asked: it knows (the first request with the key
+		// finishing, its database back). Spread over a fifth more, so
+		// that the duplicates of a storm do not come back together.
+		wait = ra + c.jitter(ra/5)
 	}
 	if deadline, ok := ctx.Deadline(); ok && c.now().Add(wait).After(deadline) {
 		return 0, fmt.Errorf("the next attempt, in %v, would start after the context's deadline: %w",

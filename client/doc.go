@@ -35,8 +35,9 @@
 //   - 503 unavailable and any other 5xx, and 429: paysvc stored nothing,
 //     so the retry runs the request anew, once.
 //
-// Pauses grow from 200 ms to 5 s with jitter (WithBackoff) and are never
-// shorter than the answer's Retry-After. A call ends at its context's
+// The pause before a retry is the answer's Retry-After, plus up to a fifth
+// more so that a storm's duplicates do not come back together; without
+// one it grows from 200 ms to 5 s, with jitter (WithBackoff). A call ends at its context's
 // deadline, before a pause that would outlast it, and after
 // DefaultMaxAttempts attempts (WithMaxAttempts; NoRetry for one): then it
 // returns an *IncompleteError wrapping the context's error and the last
