@@ -74,6 +74,21 @@ func (c *Client) GetEvent(ctx context.Context, id string, opts ...CallOption) (*
 	return decode[EventWithDelivery]("getEvent", body, err)
 }
 
+// ListEventAttempts pages through every delivery attempt of an event,
+// oldest first (listEventAttempts).
+func (c *Client) ListEventAttempts(ctx context.Context, id string, p ListAttemptsParams, opts ...CallOption) (*DeliveryAttemptList, error) {
+	q := url.Values{}
+	if p.After != 0 {
+		q.Set("after", strconv.Itoa(p.After))
+	}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	body, err := c.do(ctx, operation{id: "listEventAttempts", method: http.MethodGet,
+		path: "/v1/events/" + url.PathEscape(id) + "/attempts", query: q}, opts)
+	return decode[DeliveryAttemptList]("listEventAttempts", body, err)
+}
+
 // RedeliverEvent schedules one more notification of an event
 // (redeliverEvent).
 func (c *Client) RedeliverEvent(ctx context.Context, id string, opts ...CallOption) (*EventWithDelivery, error) {

@@ -151,6 +151,13 @@ func TestEveryOperationHasItsCall(t *testing.T) {
 			return err
 		}},
 		{"redeliverEvent", func() error { _, err := c.RedeliverEvent(ctx, eventID); return err }},
+		{"listEventAttempts", func() error {
+			l, err := c.ListEventAttempts(ctx, eventID, client.ListAttemptsParams{Limit: 5})
+			if err == nil && (l.Data == nil || l.HasMore) {
+				t.Errorf("attempts of an event without an endpoint: %+v", l)
+			}
+			return err
+		}},
 		{"listSettlements", func() error {
 			l, err := c.ListSettlements(ctx, time.Now().UTC().Format(time.DateOnly))
 			if err == nil && l.Data == nil {
@@ -255,6 +262,7 @@ func TestTypesHaveTheDocumentsFields(t *testing.T) {
 		"EventList": client.EventList{}, "EventWithDelivery": client.EventWithDelivery{}, "Delivery": client.Delivery{},
 		"DeliveryAttempt": client.DeliveryAttempt{}, "Settlement": client.Settlement{}, "SettlementList": client.SettlementList{},
 		"Health": client.Health{}, "UnavailableProblem": client.Error{}, "AutomaticRefund": client.EventRefund{},
+		"ReportedRefund": client.ReportedRefund{}, "DeliveryAttemptList": client.DeliveryAttemptList{},
 	}
 	unions := map[string][]string{"AutomaticRefund": {"Refund", "AutomaticRefund"}}
 	for name, v := range types {
@@ -349,21 +357,55 @@ func TestEveryProblemCodeHasItsConstant(t *testing.T) {
 			}
 		}
 	}
-	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	got := constants(t, "errors.go", func(vs *ast.ValueSpec) bool { return strings.HasPrefix(vs.Names[0].Name, "Code") })
+	if g, w := slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)); !slices.Equal(g, w) {
+		t.Errorf("Code constants %v,\nthe merchant operations' codes %v", g, w)
+	}
+}
+
+// TestEveryEnumValueHasItsConstant: the constants of OrderStatus,
+// RefundStatus and EventType are the values of their enums.
+func TestEveryEnumValueHasItsConstant(t *testing.T) {
+	t.Parallel()
+	doc := loadDoc(t)
+	for typ, enum := range map[string]*openapi3.Schema{
+		"OrderStatus":  doc.Components.Schemas["OrderStatus"].Value,
+		"RefundStatus": doc.Components.Schemas["Refund"].Value.Properties["status"].Value,
+		"EventType":    doc.Components.Schemas["EventType"].Value,
+	} {
+		want := map[string]bool{}
+		for _, v := range enum.Enum {
+			want[v.(string)] = true
+		}
+		got := constants(t, "types.go", func(vs *ast.ValueSpec) bool {
+			id, ok := vs.Type.(*ast.Ident)
+			return ok && id.Name == typ
+		})
+		if g, w := slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)); !slices.Equal(g, w) {
+			t.Errorf("%s constants %v, the document's values %v", typ, g, w)
+		}
+	}
+}
+
+// constants are the string values of the constants of file that keep
+// selects.
+func constants(t *testing.T, file string, keep func(*ast.ValueSpec) bool) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
 	ast.Inspect(f, func(n ast.Node) bool {
-		if vs, ok := n.(*ast.ValueSpec); ok && strings.HasPrefix(vs.Names[0].Name, "Code") {
-			s, _ := strconv.Unquote(vs.Values[0].(*ast.BasicLit).Value)
-			got[s] = true
+		if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Values) == 1 && keep(vs) {
+			if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				s, _ := strconv.Unquote(lit.Value)
+				got[s] = true
+			}
 		}
 		return true
 	})
-	if g, w := slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)); !slices.Equal(g, w) {
-		t.Errorf("Code constants %v,\nthe merchant operations' codes %v", g, w)
-	}
+	return got
 }
 
 // TestImportsOnlyTheStandardLibrary: a merchant copies the package alone,

@@ -53,11 +53,14 @@ type CreateOrderRequest struct {
 // RefundStatus is the state of a refund.
 type RefundStatus string
 
-// The refund states: PENDING until the provider settles it.
+// The refund states: PENDING until the provider settles it; MISMATCHED
+// when the provider reported it settled with another amount or currency
+// (refund.mismatched), its amount reserved until settled by hand.
 const (
-	RefundPending   RefundStatus = "PENDING"
-	RefundSucceeded RefundStatus = "SUCCEEDED"
-	RefundFailed    RefundStatus = "FAILED"
+	RefundPending    RefundStatus = "PENDING"
+	RefundSucceeded  RefundStatus = "SUCCEEDED"
+	RefundFailed     RefundStatus = "FAILED"
+	RefundMismatched RefundStatus = "MISMATCHED"
 )
 
 // Refund is a merchant's refund of a paid order.
@@ -98,6 +101,7 @@ const (
 	EventOrderRefunded          EventType = "order.refunded"
 	EventRefundSucceeded        EventType = "refund.succeeded"
 	EventRefundFailed           EventType = "refund.failed"
+	EventRefundMismatched       EventType = "refund.mismatched"
 	EventPaymentFlagged         EventType = "payment.flagged"
 	EventPaymentRefunded        EventType = "payment.refunded"
 )
@@ -125,6 +129,19 @@ type EventData struct {
 	// Payment is the payment no order keeps (payment.flagged and
 	// payment.refunded).
 	Payment *FlaggedPayment `json:"payment,omitempty"`
+	// Reported is what the provider reported of Refund, on
+	// refund.mismatched.
+	Reported *ReportedRefund `json:"reported,omitempty"`
+}
+
+// ReportedRefund is a provider's report of a refund that does not match
+// the refund asked for.
+type ReportedRefund struct {
+	Provider string       `json:"provider"`
+	TxnID    string       `json:"txn_id"`
+	Status   RefundStatus `json:"status"`
+	Amount   int64        `json:"amount"`
+	Currency string       `json:"currency"`
 }
 
 // EventRefund is a merchant's refund (every field but Currency) or
@@ -171,10 +188,27 @@ type EventWithDelivery struct {
 }
 
 // Delivery is the state of an event's notification: "none" (no endpoint
-// when it was written), "pending", "delivered" or "failed".
+// when it was written), "pending", "delivered" or "failed", with the
+// number of attempts so far and the latest of them (ListEventAttempts
+// pages through all).
 type Delivery struct {
-	Status   string            `json:"status"`
-	Attempts []DeliveryAttempt `json:"attempts"`
+	Status       string            `json:"status"`
+	AttemptCount int64             `json:"attempt_count"`
+	Attempts     []DeliveryAttempt `json:"attempts"`
+}
+
+// DeliveryAttemptList is a page of an event's attempts, oldest first.
+type DeliveryAttemptList struct {
+	Data    []DeliveryAttempt `json:"data"`
+	HasMore bool              `json:"has_more"`
+}
+
+// ListAttemptsParams selects a page of ListEventAttempts: After is how
+// many attempts to skip (those already read), Limit 1 to 100 (0 leaves
+// paysvc's default of 20).
+type ListAttemptsParams struct {
+	After int
+	Limit int
 }
 
 // DeliveryAttempt is one attempt to notify your endpoint. StatusCode is
