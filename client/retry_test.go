@@ -82,26 +82,43 @@ func (h *holder) beforeCommit(_ context.Context, req idempotency.Request) error 
 	return nil
 }
 
+// held is a service whose first request with key stalls before its
+// commit (see holder), and that request, sent: its duplicates meet the
+// key in use until h.release is closed.
+type held struct {
+	h     *holder
+	c     *client.Client
+	d     *dbtest.DB
+	mon   string // the order's merchant_order_no
+	first chan firstAnswer
+}
+
+type firstAnswer struct {
+	o   *client.Order
+	err error
+}
+
+func startHeld(t *testing.T, key string) *held {
+	t.Helper()
+	hd := &held{h: newHolder(key), mon: uniq(key), first: make(chan firstAnswer, 1)}
+	url, d := startService(t, nil, app.Options{BeforeCommit: hd.h.beforeCommit})
+	hd.c, hd.d = client.New(url, testAPIKey), d
+	go func() {
+		o, err := hd.c.CreateOrder(context.Background(), orderReq(hd.mon), client.WithIdempotencyKey(key), client.NoRetry())
+		hd.first <- firstAnswer{o, err}
+	}()
+	<-hd.h.held
+	return hd
+}
+
 // A duplicate that meets the key in use (409 idempotency_key_in_use) is
 // retried after Retry-After until the first execution's answer is stored,
 // and then gets it.
 func TestInFlightIsRetriedUntilTheStoredAnswer(t *testing.T) {
 	t.Parallel()
 	key := uniq("in-flight")
-	h := newHolder(key)
-	url, d := startService(t, nil, app.Options{BeforeCommit: h.beforeCommit})
-	c := client.New(url, testAPIKey)
-	mon := uniq("in-flight")
-
-	first := make(chan *client.Order, 1)
-	go func() {
-		o, err := c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(key), client.NoRetry())
-		if err != nil {
-			t.Errorf("first request: %v", err)
-		}
-		first <- o
-	}()
-	<-h.held
+	hd := startHeld(t, key)
+	h, c, d, mon := hd.h, hd.c, hd.d, hd.mon
 	var rec recorder
 	var releaseOnce sync.Once
 	o, err := c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(key),
@@ -130,8 +147,8 @@ func TestInFlightIsRetriedUntilTheStoredAnswer(t *testing.T) {
 	if last := attempts[len(attempts)-1]; last.StatusCode != http.StatusCreated || !last.Replayed() {
 		t.Errorf("last attempt: %d replayed=%t, want the first execution's 201, replayed", last.StatusCode, last.Replayed())
 	}
-	if f := <-first; f == nil || f.OrderNo != o.OrderNo {
-		t.Errorf("duplicate answered %s, first request %v", o.OrderNo, f)
+	if f := <-hd.first; f.err != nil || f.o.OrderNo != o.OrderNo {
+		t.Errorf("duplicate answered %s, first request %v %v", o.OrderNo, f.o, f.err)
 	}
 	if n := ordersOf(t, d, mon); n != 1 {
 		t.Errorf("%d orders, want 1", n)
@@ -236,16 +253,8 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 func TestDeadlineIsHonoured(t *testing.T) {
 	t.Parallel()
 	key := uniq("deadline")
-	h := newHolder(key)
-	url, d := startService(t, nil, app.Options{BeforeCommit: h.beforeCommit})
-	c := client.New(url, testAPIKey)
-	mon := uniq("deadline")
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(key), client.NoRetry())
-		firstDone <- err
-	}()
-	<-h.held
+	hd := startHeld(t, key)
+	h, c, d, mon := hd.h, hd.c, hd.d, hd.mon
 
 	const deadline = 3 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -272,8 +281,8 @@ func TestDeadlineIsHonoured(t *testing.T) {
 	if took > deadline+2*time.Second {
 		t.Errorf("returned %v after the call began, past its %v deadline", took, deadline)
 	}
-	if err := <-firstDone; err != nil {
-		t.Fatalf("first request: %v", err)
+	if f := <-hd.first; f.err != nil {
+		t.Fatalf("first request: %v", f.err)
 	}
 	o, err := c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(inc.IdempotencyKey))
 	if err != nil || o.MerchantOrderNo != mon {
@@ -365,15 +374,9 @@ func TestTransportErrorsRunOutOfAttempts(t *testing.T) {
 func TestNoRetry(t *testing.T) {
 	t.Parallel()
 	key := uniq("no-retry")
-	h := newHolder(key)
-	url, _ := startService(t, nil, app.Options{BeforeCommit: h.beforeCommit})
-	c := client.New(url, testAPIKey)
-	mon := uniq("no-retry")
-	go func() {
-		_, _ = c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(key), client.NoRetry())
-	}()
-	<-h.held
-	defer close(h.release)
+	hd := startHeld(t, key)
+	c, mon := hd.c, hd.mon
+	defer close(hd.h.release)
 	var rec recorder
 	_, err := c.CreateOrder(context.Background(), orderReq(mon), client.WithIdempotencyKey(key), client.NoRetry(), client.OnAttempt(rec.add))
 	var inc *client.IncompleteError
