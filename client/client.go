@@ -196,7 +196,10 @@ func (c *Client) do(ctx context.Context, op operation, opts []CallOption) ([]byt
 	for _, o := range opts {
 		o(&cl)
 	}
-	if op.keyed && cl.key == "" {
+	switch {
+	case !op.keyed:
+		cl.key = "" // an operation without one ignores it
+	case cl.key == "":
 		cl.key = newKey()
 	}
 	var body []byte
