@@ -12,6 +12,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -205,7 +206,8 @@ func (t *tour) earlierOrders(ctx context.Context) (int64, error) {
 }
 
 // printSettlement runs the daily settlement for today, as `paysvc settle
-// --date` would, and prints the demo merchant's rows. The job writes a
+// --date` would, and prints the demo merchant's rows as the merchant API
+// answers them (GET /v1/settlements). The job writes a
 // merchant's day once: a second run the same day finds it settled, and the
 // rows it prints are the first run's, without this run's payments.
 func (t *tour) printSettlement(ctx context.Context, today time.Time) error {
@@ -214,18 +216,19 @@ func (t *tour) printSettlement(ctx context.Context, today time.Time) error {
 	if err != nil {
 		return fmt.Errorf("settle %s: %w", date, err)
 	}
-	rows, err := settlement.List(ctx, t.db, t.merchant, today)
+	rows, err := client.New(t.base, t.apiKey).ListSettlements(ctx, date)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(t.out, "\nsettlement of %s (paysvc settle --date %s): settled %d new, %d existing\n", date, date, len(res.New), res.Existing)
 	settledNow := slices.ContainsFunc(res.New, func(s settlement.Settlement) bool { return s.MerchantID == t.merchant })
-	if !settledNow && len(rows) > 0 {
+	if !settledNow && len(rows.Data) > 0 {
 		fmt.Fprintf(t.out, "  %s was settled before this run (an earlier demo, or paysvc settle): a day is settled once, so the rows\n"+
 			"  below are as that run wrote them, without this run's payments; settle a day once it has ended\n", date)
 	}
-	for _, s := range rows {
-		fmt.Fprintf(t.out, "  %s\n", s)
+	for _, s := range rows.Data {
+		fmt.Fprintf(t.out, "  %s: %d payments of %d in all, %d refunds of %d, net %d\n",
+			s.Currency, s.PaymentsCount, s.PaymentsAmount, s.RefundsCount, s.RefundsAmount, s.Net)
 	}
 	return nil
 }

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
@@ -24,11 +24,11 @@ func demoReceiver(cfg *config.Config) (*mockpay.Receiver, func(), error) {
 	if _, set := cfg.Notify.Endpoints[demoMerchant]; set {
 		return nil, func() {}, nil
 	}
-	sec, err := webhooks.ParseSecret(demoNotifySecret)
+	v, err := client.NewVerifier([]string{demoNotifySecret}, 5*time.Minute)
 	if err != nil {
 		return nil, nil, err
 	}
-	rcv := mockpay.NewReceiver([]webhooks.Secret{sec}, 5*time.Minute)
+	rcv := mockpay.NewReceiver(v)
 	rcv.RefuseRate, rcv.LoseAnswerRate = 0.1, 0.05
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

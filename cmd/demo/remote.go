@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -140,7 +141,7 @@ func waitForSweep(base, apiKey string, p config.Providers, progress func(string,
 			closed, recovered = 0, 0
 			open := 0
 			for _, no := range orders {
-				o, err := mockpay.LookupOrder(ctx, nil, base, apiKey, no)
+				o, err := client.New(base, apiKey).GetOrder(ctx, no)
 				if err != nil {
 					return 0, 0, err
 				}

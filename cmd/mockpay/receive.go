@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
@@ -58,15 +58,11 @@ func receive(ctx context.Context, args []string, getenv func(string) string, std
 	if len(raw) == 0 {
 		return configError(errors.New("MOCKPAY_NOTIFY_SECRETS is not set: the merchant's whsec_... secrets of PAYSVC_NOTIFY_ENDPOINTS"))
 	}
-	secrets := make([]webhooks.Secret, len(raw))
-	for i, r := range raw {
-		s, err := webhooks.ParseSecret(r)
-		if err != nil {
-			return configError(fmt.Errorf("MOCKPAY_NOTIFY_SECRETS: secret %d: %w", i+1, err))
-		}
-		secrets[i] = s
+	v, err := client.NewVerifier(raw, 5*time.Minute)
+	if err != nil {
+		return configError(fmt.Errorf("MOCKPAY_NOTIFY_SECRETS: %w", err))
 	}
-	rcv := mockpay.NewReceiver(secrets, 5*time.Minute)
+	rcv := mockpay.NewReceiver(v)
 	rcv.RefuseRate, rcv.LoseAnswerRate = *refuse, *lose
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

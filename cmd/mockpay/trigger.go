@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/mockpay"
@@ -185,7 +186,7 @@ func lookUp(ctx context.Context, a *triggerArgs, stderr io.Writer) error {
 	if a.set["amount"] && (a.set["currency"] || a.apiKey == "") {
 		return nil
 	}
-	o, err := mockpay.LookupOrder(ctx, nil, a.base, a.apiKey, a.order)
+	o, err := client.New(a.base, a.apiKey).GetOrder(ctx, a.order)
 	if err != nil {
 		return fmt.Errorf("looking up order %s through the merchant API: %w", a.order, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -62,6 +64,9 @@ type cbService struct {
 	// now is the service's clock; signatures are made at its time.
 	now func() time.Time
 	ids atomic.Int64 // webhook-id sequence
+	// mc is the acme merchant's client, retrying until a final answer
+	// (each call bounded by cbFinalWithin).
+	mc *client.Client
 }
 
 // cbNewService opens the service over d with the configuration of the
@@ -92,7 +97,8 @@ func cbNewService(t testing.TB, d *dbtest.DB, opts app.Options, tune func(*confi
 	if now == nil {
 		now = time.Now
 	}
-	return &cbService{app: a, d: d, url: srv.URL, secret: secret, now: now}
+	mc := client.New(srv.URL, cbAPIKey, client.WithHTTPClient(cbClient), client.WithMaxAttempts(0))
+	return &cbService{app: a, d: d, url: srv.URL, secret: secret, now: now, mc: mc}
 }
 
 // cbLogSink passes the service's warnings about its own failures to the
@@ -191,12 +197,18 @@ func (s *cbService) do(ctx context.Context, method, path string, header http.Hea
 	if err != nil {
 		return cbAnswer{}, err
 	}
+	return cbAnswerOf(method+" "+path, strings.HasPrefix(path, "/v1/callbacks/"), resp.StatusCode, resp.Header, b)
+}
+
+// cbAnswerOf reads an answer to req (for messages); a callback's 200
+// carries a result.
+func cbAnswerOf(req string, callback bool, status int, h http.Header, b []byte) (cbAnswer, error) {
 	a := cbAnswer{
-		Status:      resp.StatusCode,
+		Status:      status,
 		Body:        b,
-		ContentType: resp.Header.Get("Content-Type"),
-		Replayed:    resp.Header.Get("Idempotent-Replayed") == "true",
-		RetryAfter:  resp.Header.Get("Retry-After"),
+		ContentType: h.Get("Content-Type"),
+		Replayed:    h.Get("Idempotent-Replayed") == "true",
+		RetryAfter:  h.Get("Retry-After"),
 	}
 	switch {
 	case a.ContentType == "application/problem+json":
@@ -205,15 +217,15 @@ func (s *cbService) do(ctx context.Context, method, path string, header http.Hea
 			Detail string `json:"detail"`
 		}
 		if err := json.Unmarshal(b, &p); err != nil || p.Code == "" {
-			return cbAnswer{}, fmt.Errorf("%s %s: problem body %q: %v", method, path, b, err)
+			return cbAnswer{}, fmt.Errorf("%s: problem body %q: %v", req, b, err)
 		}
 		a.Code, a.Detail = p.Code, p.Detail
-	case strings.HasPrefix(path, "/v1/callbacks/") && a.Status == http.StatusOK:
+	case callback && a.Status == http.StatusOK:
 		var r struct {
 			Result string `json:"result"`
 		}
 		if err := json.Unmarshal(b, &r); err != nil || r.Result == "" {
-			return cbAnswer{}, fmt.Errorf("%s %s: callback body %q: %v", method, path, b, err)
+			return cbAnswer{}, fmt.Errorf("%s: callback body %q: %v", req, b, err)
 		}
 		a.Result = r.Result
 	}
@@ -221,7 +233,7 @@ func (s *cbService) do(ctx context.Context, method, path string, header http.Hea
 	// Retry-After, README.md, "Overload and failure"); any other 5xx is a
 	// failure of the test.
 	if a.Status >= 500 && a.Status != http.StatusServiceUnavailable {
-		return a, fmt.Errorf("%s %s: server error %v", method, path, a)
+		return a, fmt.Errorf("%s: server error %v", req, a)
 	}
 	return a, nil
 }
@@ -297,9 +309,9 @@ func cbUntilFinal(ctx context.Context, retry cbRetry, attempt func(context.Conte
 		var pause time.Duration
 		switch {
 		case a.inUse() || a.Status == http.StatusServiceUnavailable:
-			secs, err := strconv.Atoi(a.RetryAfter)
-			if err != nil || secs < 1 {
-				return a, trace, fmt.Errorf("%s with Retry-After %q, want whole seconds", a.outcome(), a.RetryAfter)
+			secs, err := a.retryAfter()
+			if err != nil {
+				return a, trace, err
 			}
 			pause = time.Duration(secs)*time.Second + rand.N(100*time.Millisecond)
 		case a.retryLater() && retry == cbRetryLater:
@@ -315,6 +327,15 @@ func cbUntilFinal(ctx context.Context, retry cbRetry, attempt func(context.Conte
 	}
 }
 
+// retryAfter is the whole seconds of a 409 in use's or a 503's Retry-After.
+func (a cbAnswer) retryAfter() (int, error) {
+	secs, err := strconv.Atoi(a.RetryAfter)
+	if err != nil || secs < 1 {
+		return 0, fmt.Errorf("%s with Retry-After %q, want whole seconds", a.outcome(), a.RetryAfter)
+	}
+	return secs, nil
+}
+
 // deliverUntilFinal delivers body under one webhook-id (a provider's
 // retries of one message keep its id) until the answer is final.
 func (s *cbService) deliverUntilFinal(ctx context.Context, retry cbRetry, body []byte) (cbAnswer, []cbAnswer, error) {
@@ -322,10 +343,69 @@ func (s *cbService) deliverUntilFinal(ctx context.Context, retry cbRetry, body [
 	return cbUntilFinal(ctx, retry, func(ctx context.Context) (cbAnswer, error) { return s.deliver(ctx, id, body) })
 }
 
-// merchantUntilFinal sends a merchant request until its answer is final.
+// merchantUntilFinal sends a raw merchant request until its answer is
+// final: for the tests whose point is the bytes sent (the merchant client
+// writes its own).
 func (s *cbService) merchantUntilFinal(ctx context.Context, method, path, key string, body []byte) (cbAnswer, []cbAnswer, error) {
 	return cbUntilFinal(ctx, cbRetryInUse, func(ctx context.Context) (cbAnswer, error) {
 		return s.merchant(ctx, method, path, key, body)
+	})
+}
+
+// merchantCall runs call, a call of the merchant client given the
+// options it must pass on, until its final answer (the client retries 409
+// in use and 503 after Retry-After), and returns the answers as do reads
+// them: the final one, and every one in order. A transport error, a 5xx
+// other than 503, or a 409 in use or 503 without a whole-seconds
+// Retry-After ends it with an error, as in cbUntilFinal.
+func (s *cbService) merchantCall(ctx context.Context, call func(ctx context.Context, opts ...client.CallOption) error) (cbAnswer, []cbAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, cbFinalWithin)
+	defer cancel()
+	var (
+		trace []cbAnswer
+		bad   error
+	)
+	err := call(ctx, client.OnAttempt(func(at client.Attempt) {
+		if bad != nil {
+			return
+		}
+		if at.StatusCode == 0 {
+			bad = at.Err
+		} else {
+			var a cbAnswer
+			if a, bad = cbAnswerOf(at.Operation, false, at.StatusCode, at.Header, at.Body); bad == nil && (a.inUse() || a.Status == http.StatusServiceUnavailable) {
+				_, bad = a.retryAfter()
+			}
+			trace = append(trace, a)
+		}
+		if bad != nil {
+			cancel()
+		}
+	}))
+	var inc *client.IncompleteError
+	switch {
+	case bad != nil:
+		return cbAnswer{}, trace, fmt.Errorf("after %d answers: %w", len(trace), bad)
+	case errors.As(err, &inc):
+		return cbAnswer{}, trace, fmt.Errorf("no final answer after %d answers: %w", len(trace), err)
+	}
+	return trace[len(trace)-1], trace, nil
+}
+
+// refundCall asks for a refund through the merchant client.
+func (s *cbService) refundCall(ctx context.Context, orderNo, key string, amount int64, merchantRefundNo string) (cbAnswer, []cbAnswer, error) {
+	return s.merchantCall(ctx, func(ctx context.Context, opts ...client.CallOption) error {
+		_, err := s.mc.CreateRefund(ctx, orderNo, client.CreateRefundRequest{Amount: amount, MerchantRefundNo: merchantRefundNo},
+			append(opts, client.WithIdempotencyKey(key))...)
+		return err
+	})
+}
+
+// cancelCall cancels an order through the merchant client.
+func (s *cbService) cancelCall(ctx context.Context, orderNo, key string) (cbAnswer, []cbAnswer, error) {
+	return s.merchantCall(ctx, func(ctx context.Context, opts ...client.CallOption) error {
+		_, err := s.mc.CancelOrder(ctx, orderNo, append(opts, client.WithIdempotencyKey(key))...)
+		return err
 	})
 }
 
@@ -367,21 +447,8 @@ func cbRefundSettled(succeeded bool, o cbOrder, refundNo, txn string, amount int
 	return cbEvent{Type: typ, OrderNo: o.OrderNo, RefundNo: refundNo, TxnID: txn, Amount: amount, Currency: o.Currency}
 }
 
-// cbOrder is the wire form of an order.
-type cbOrder struct {
-	OrderNo             string  `json:"order_no"`
-	MerchantOrderNo     string  `json:"merchant_order_no"`
-	Status              string  `json:"status"`
-	Amount              int64   `json:"amount"`
-	Currency            string  `json:"currency"`
-	RefundedAmount      int64   `json:"refunded_amount"`
-	PendingRefundAmount int64   `json:"pending_refund_amount"`
-	Description         string  `json:"description"`
-	CreatedAt           string  `json:"created_at"`
-	PaidAt              *string `json:"paid_at"`
-	Version             int64   `json:"version"`
-	ExpiresAt           *string `json:"expires_at"`
-}
+// cbOrder is an order as the merchant client reads it.
+type cbOrder client.Order
 
 // same reports whether o and p are the same order in the same state
 // (paid_at compared by value).
@@ -407,19 +474,19 @@ func (s *cbService) createOrder(t testing.TB, merchantOrderNo string, amount int
 }
 
 func (s *cbService) tryCreateOrder(ctx context.Context, merchantOrderNo string, amount int64, currency string) (cbOrder, error) {
-	body := fmt.Appendf(nil, `{"merchant_order_no":%q,"amount":%d,"currency":%q}`, merchantOrderNo, amount, currency)
-	a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, "/v1/orders", "create-"+merchantOrderNo, body)
+	var o *client.Order
+	a, _, err := s.merchantCall(ctx, func(ctx context.Context, opts ...client.CallOption) (err error) {
+		req := client.CreateOrderRequest{MerchantOrderNo: merchantOrderNo, Amount: amount, Currency: currency}
+		o, err = s.mc.CreateOrder(ctx, req, append(opts, client.WithIdempotencyKey("create-"+merchantOrderNo))...)
+		return err
+	})
 	if err != nil {
 		return cbOrder{}, fmt.Errorf("create %s: %w", merchantOrderNo, err)
 	}
 	if a.Status != http.StatusCreated {
 		return cbOrder{}, fmt.Errorf("create %s: %v", merchantOrderNo, a)
 	}
-	var o cbOrder
-	if err := json.Unmarshal(a.Body, &o); err != nil {
-		return cbOrder{}, fmt.Errorf("create %s: %w", merchantOrderNo, err)
-	}
-	return o, nil
+	return cbOrder(*o), nil
 }
 
 // createOrders creates n orders prefix-000.. of amount EUR, a few at a time.
@@ -448,15 +515,15 @@ func (s *cbService) createOrders(t testing.TB, n int, prefix string, amount int6
 // getOrder reads an order through the API.
 func (s *cbService) getOrder(t testing.TB, orderNo string) cbOrder {
 	t.Helper()
-	a, err := s.merchant(context.Background(), http.MethodGet, "/v1/orders/"+orderNo, "", nil)
+	var o *client.Order
+	a, _, err := s.merchantCall(context.Background(), func(ctx context.Context, opts ...client.CallOption) (err error) {
+		o, err = s.mc.GetOrder(ctx, orderNo, opts...)
+		return err
+	})
 	if err != nil || a.Status != http.StatusOK {
 		t.Fatalf("GET order %s: %v %v", orderNo, a, err)
 	}
-	var o cbOrder
-	if err := json.Unmarshal(a.Body, &o); err != nil {
-		t.Fatalf("GET order %s: %v", orderNo, err)
-	}
-	return o
+	return cbOrder(*o)
 }
 
 // send delivers ev once under a fresh webhook-id until final (in-use
@@ -488,8 +555,7 @@ func cbRefundBody(amount int64, merchantRefundNo string) []byte {
 // merchant_refund_no: one refund per key, as a merchant would send it.
 func (s *cbService) refund(t testing.TB, orderNo, key string, amount int64) cbAnswer {
 	t.Helper()
-	a, _, err := s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+orderNo+"/refunds", key,
-		cbRefundBody(amount, key))
+	a, _, err := s.refundCall(context.Background(), orderNo, key, amount, key)
 	if err != nil {
 		t.Fatalf("refund %d on %s: %v", amount, orderNo, err)
 	}

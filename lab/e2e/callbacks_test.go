@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -142,8 +143,8 @@ func TestRefundExistsRace(t *testing.T) {
 		errs := make([]error, tries)
 		cbBarrier(tries, func(i int) {
 			o := tc.orders[i%len(tc.orders)]
-			answers[i], _, errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds",
-				fmt.Sprintf("exists-race-%s-%02d", strings.ReplaceAll(tc.name, " ", "-"), i), cbRefundBody(100, mrn))
+			answers[i], _, errs[i] = s.refundCall(context.Background(), o.OrderNo,
+				fmt.Sprintf("exists-race-%s-%02d", strings.ReplaceAll(tc.name, " ", "-"), i), 100, mrn)
 		})
 		var created int
 		for i, ans := range answers {
@@ -191,8 +192,8 @@ func TestRefundRace(t *testing.T) {
 	traces := make([][]cbAnswer, refunds)
 	errs := make([]error, refunds)
 	elapsed := cbBarrier(refunds, func(i int) {
-		answers[i], traces[i], errs[i] = s.merchantUntilFinal(context.Background(), http.MethodPost,
-			"/v1/orders/"+o.OrderNo+"/refunds", fmt.Sprintf("race-refund-%02d", i), cbRefundBody(each, fmt.Sprintf("race-%02d", i)))
+		answers[i], traces[i], errs[i] = s.refundCall(context.Background(), o.OrderNo, fmt.Sprintf("race-refund-%02d", i), each,
+			fmt.Sprintf("race-%02d", i))
 	})
 	var tally cbTally
 	var refundNos []string
@@ -266,7 +267,7 @@ func (f *cbFixture) txn(name string) string { return "txn-" + f.token + "-" + na
 
 // cbWantOrder is what an order must look like after a case.
 type cbWantOrder struct {
-	Status            string
+	Status            client.OrderStatus
 	Version           int64
 	Refunded, Pending int64
 }
@@ -394,7 +395,7 @@ func TestCallbackResults(t *testing.T) {
 		{
 			name: "late_payment: paid after cancel, order stays CLOSED",
 			prep: func(t *testing.T, s *cbService, f *cbFixture) {
-				a, _, err := s.merchantUntilFinal(context.Background(), http.MethodPost, "/v1/orders/"+f.o.OrderNo+"/cancel", "cancel-"+f.token, nil)
+				a, _, err := s.cancelCall(context.Background(), f.o.OrderNo, "cancel-"+f.token)
 				if err != nil || a.Status != 200 || !strings.Contains(string(a.Body), `"status":"CLOSED"`) {
 					t.Fatalf("cancel: %v %v", a, err)
 				}
@@ -886,7 +887,7 @@ func TestRefundEndpoint(t *testing.T) {
 
 	created := s.createOrder(t, "refund-created", 1000, "EUR")
 	closed := s.createOrder(t, "refund-closed", 1000, "EUR")
-	if a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, "/v1/orders/"+closed.OrderNo+"/cancel", "rf-cancel", nil); err != nil || a.Status != 200 {
+	if a, _, err := s.cancelCall(ctx, closed.OrderNo, "rf-cancel"); err != nil || a.Status != 200 {
 		t.Fatalf("cancel: %v %v", a, err)
 	}
 	other := s.pay(t, s.createOrder(t, "refund-other", 1000, "EUR"), "txn-refund-other")
@@ -1332,7 +1333,7 @@ func TestReconcileFindsCorruption(t *testing.T) {
 	}
 	s.send(t, cbPaid(cleanPaid, "txn-rec-duplicate")) // a duplicate payment: to refund, not a finding
 	closed := s.createOrder(t, "rec-clean-closed", 1000, "EUR")
-	if a, _, err := s.merchantUntilFinal(ctx, http.MethodPost, "/v1/orders/"+closed.OrderNo+"/cancel", "rec-cancel", nil); err != nil || a.Status != 200 {
+	if a, _, err := s.cancelCall(ctx, closed.OrderNo, "rec-cancel"); err != nil || a.Status != 200 {
 		t.Fatalf("cancel: %v %v", a, err)
 	}
 	rep := cbReconcileClean(t, d)
@@ -1514,8 +1515,8 @@ func TestInterleavings(t *testing.T) {
 			statuses := map[string]int{}
 			for i, m := range models {
 				got := s.getOrder(t, orders[i].OrderNo)
-				statuses[got.Status]++
-				if got.Status != m.status || got.RefundedAmount != m.refunded || got.PendingRefundAmount != m.pending ||
+				statuses[string(got.Status)]++
+				if string(got.Status) != m.status || got.RefundedAmount != m.refunded || got.PendingRefundAmount != m.pending ||
 					got.Version != m.version || (got.PaidAt != nil) != (m.applied == 1) {
 					t.Errorf("%s: order %d: %v paid_at=%v, model %s v%d refunded %d pending %d paid=%t",
 						run.name, i, got, got.PaidAt != nil, m.status, m.version, m.refunded, m.pending, m.applied == 1)
@@ -1563,7 +1564,7 @@ func TestInterleavings(t *testing.T) {
 		statuses := map[string]int{}
 		for i, out := range outcomes {
 			got := s.getOrder(t, orders[i].OrderNo)
-			statuses[got.Status]++
+			statuses[string(got.Status)]++
 			counts := cbCountOrder(t, d, got.OrderNo)
 			paid := int64(len(out.paidBy))
 			wantVersion := 1 + paid + out.cancelled + out.reservations + out.settlements

@@ -94,7 +94,7 @@ func TestFaults(t *testing.T) {
 					for k := range work {
 						key := fmt.Sprintf("fault-%s-%04d", tc.name, k)
 						final, trace, err := createUntilFinal(context.Background(), svc.url, key,
-							createBody(fmt.Sprintf("mo-fault-%04d", k)), retryOn500)
+							createReq(fmt.Sprintf("mo-fault-%04d", k)), retryOn500)
 						tmu.Lock()
 						count.add(trace)
 						tmu.Unlock()

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
@@ -193,37 +194,61 @@ const retryOn500 = true
 // answered, not a slow machine, fails a test.
 const finalWithin = 3 * time.Minute
 
-// createUntilFinal is a well-behaved client: it sends the create and
-// retries, after Retry-After, while the key is in use (409) or the service
-// is unavailable (503), and, with on500, after a 500. It returns the final
-// answer and every answer seen, in order (the final one last).
-func createUntilFinal(ctx context.Context, baseURL, key string, body []byte, on500 bool) (answer, []answer, error) {
+// createReq is the request createBody writes, for the merchant client.
+func createReq(merchantOrderNo string) client.CreateOrderRequest {
+	return client.CreateOrderRequest{MerchantOrderNo: merchantOrderNo, Amount: 1999, Currency: "EUR", Description: "e2e"}
+}
+
+// answerOf is a client attempt's answer.
+func answerOf(a client.Attempt) answer {
+	return answer{Status: a.StatusCode, Body: a.Body, Replayed: a.Replayed(), Location: a.Header.Get("Location"),
+		RetryAfter: a.Header.Get("Retry-After"), Code: a.Code(), Took: a.Took}
+}
+
+// createUntilFinal is the merchant client's create under key, retried as
+// it retries: after Retry-After while the key is in use (409) or the
+// service is unavailable (503), and after a 500; without on500 a 500 ends
+// the call as its final answer. It returns the final answer and every
+// answer seen, in order (the final one last). A transport error, or a 409
+// or 503 without a whole-seconds Retry-After, ends it with an error.
+func createUntilFinal(ctx context.Context, baseURL, key string, req client.CreateOrderRequest, on500 bool) (answer, []answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, finalWithin)
 	defer cancel()
-	var trace []answer
-	for {
-		a, err := postCreate(ctx, baseURL, key, body)
-		if err != nil {
-			return answer{}, trace, fmt.Errorf("key %s after %d answers: %w", key, len(trace), err)
-		}
-		trace = append(trace, a)
-		var pause time.Duration
+	var (
+		trace []answer
+		bad   error
+		final *answer // a 500 that ends the call
+	)
+	c := client.New(baseURL, apiKey, client.WithHTTPClient(httpClient), client.WithMaxAttempts(0))
+	_, err := c.CreateOrder(ctx, req, client.WithIdempotencyKey(key), client.OnAttempt(func(at client.Attempt) {
+		a := answerOf(at)
 		switch {
+		case a.Status == 0:
+			bad = fmt.Errorf("key %s after %d answers: %w", key, len(trace), at.Err)
 		case a.inUse() || a.Status == http.StatusServiceUnavailable:
-			if pause, err = retryAfter(a); err != nil {
-				return answer{}, trace, fmt.Errorf("key %s: %w", key, err)
+			if _, err := retryAfter(a); err != nil {
+				bad = fmt.Errorf("key %s: %w", key, err)
 			}
-		case a.Status >= 500 && on500:
-			pause = time.Millisecond
-		default:
-			return a, trace, nil
+		case a.Status >= 500 && !on500:
+			final = &a
 		}
-		select {
-		case <-ctx.Done():
-			return answer{}, trace, fmt.Errorf("key %s: no final answer after %d answers (last %v): %w", key, len(trace), a, ctx.Err())
-		case <-time.After(pause):
+		if bad == nil {
+			trace = append(trace, a)
 		}
+		if bad != nil || final != nil {
+			cancel()
+		}
+	}))
+	var inc *client.IncompleteError
+	switch {
+	case bad != nil:
+		return answer{}, trace, bad
+	case final != nil:
+		return *final, trace, nil
+	case errors.As(err, &inc):
+		return answer{}, trace, fmt.Errorf("key %s: no final answer after %d answers: %w", key, len(trace), err)
 	}
+	return trace[len(trace)-1], trace, nil
 }
 
 // tally counts answers by kind, for the logs and the assertions.

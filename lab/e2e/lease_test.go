@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
-// client is one client's whole conversation about a key.
-type client struct {
+// conversation is one client's whole conversation about a key.
+type conversation struct {
 	final answer
 	trace []answer
 	err   error
 }
 
-func (c *client) run(ctx context.Context, url, key string, body []byte) {
-	c.final, c.trace, c.err = createUntilFinal(ctx, url, key, body, retryOn500)
+func (c *conversation) run(ctx context.Context, url, key string, req client.CreateOrderRequest) {
+	c.final, c.trace, c.err = createUntilFinal(ctx, url, key, req, retryOn500)
 }
 
 // TestSlowHolderStoppedAtItsLease: the first holder stalls inside its
@@ -56,9 +57,9 @@ func TestSlowHolderStoppedAtItsLease(t *testing.T) {
 		},
 	})
 	const key = "lease-slow-1"
-	body := createBody("mo-lease-slow")
+	body := createReq("mo-lease-slow")
 
-	var slow, dup client
+	var slow, dup conversation
 	var wg sync.WaitGroup
 	wg.Go(func() { slow.run(context.Background(), svc.url, key, body) })
 	<-stalled
@@ -124,7 +125,7 @@ func TestHeldUpHolderKeepsItsKey(t *testing.T) {
 	const lease = 10 * time.Second
 	svc := newService(t, d, func(c *config.Config) { c.Lease = lease }, app.Options{Now: clock.Now})
 	const key, mon = "lease-held-1", "mo-lease-held"
-	body := createBody(mon)
+	body := createReq(mon)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -144,7 +145,7 @@ func TestHeldUpHolderKeepsItsKey(t *testing.T) {
 		t.Fatalf("blocker: %v", err)
 	}
 
-	var holder, dup client
+	var holder, dup conversation
 	var wg sync.WaitGroup
 	wg.Go(func() { holder.run(ctx, svc.url, key, body) })
 	waitLockWaits(ctx, t, d, 1) // the holder's order INSERT

@@ -16,7 +16,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,7 +181,7 @@ func retryAll(t *testing.T, ctx context.Context, url string, keys []string, monO
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			a, trace, err := createUntilFinal(ctx, url, key, createBody(monOf(key)), false)
+			a, trace, err := createUntilFinal(ctx, url, key, createReq(monOf(key)), false)
 			mu.Lock()
 			defer mu.Unlock()
 			all.add(trace)
@@ -585,40 +584,18 @@ func TestRefundConflictsNeverAnswer500(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	finals := make([]cbAnswer, refunds)
-	var (
-		tally cbTally
-		fails atomic.Int64
-	)
+	var tally cbTally
 	elapsed := cbBarrier(refunds, func(i int) {
 		key := fmt.Sprintf("conflict-refund-%02d", i)
-		body := cbRefundBody(each(i), key)
-		for {
-			a, err := s.merchant(ctx, http.MethodPost, "/v1/orders/"+o.OrderNo+"/refunds", key, body)
-			tally.add(a)
-			transient := a.inUse() || a.Status == http.StatusServiceUnavailable && a.Code == "unavailable"
-			switch {
-			case transient:
-				if secs, aerr := strconv.Atoi(a.RetryAfter); aerr != nil || secs < 1 {
-					t.Errorf("refund %d: %v with Retry-After %q, want whole seconds ≥ 1", i, a, a.RetryAfter)
-					fails.Add(1)
-					return
-				}
-			case err != nil:
-				t.Errorf("refund %d: %v", i, err)
-				fails.Add(1)
-				return
-			default:
-				finals[i] = a
-				return
-			}
-			select {
-			case <-ctx.Done():
-				t.Errorf("refund %d: no final answer (last %v)", i, a)
-				fails.Add(1)
-				return
-			case <-time.After(time.Second):
-			}
+		// The client retries 409 in use and 503 after Retry-After;
+		// refundCall fails on a 500 or a Retry-After not in whole seconds.
+		a, trace, err := s.refundCall(ctx, o.OrderNo, key, each(i), key)
+		tally.add(trace...)
+		if err != nil {
+			t.Errorf("refund %d: %v", i, err)
+			return
 		}
+		finals[i] = a
 	})
 	var accepted int64
 	created := 0

@@ -64,7 +64,7 @@ func TestStorm(t *testing.T) {
 			start := make(chan struct{})
 			for k := range keys {
 				key := fmt.Sprintf("storm-%s-%03d", tc.name, k)
-				body := createBody(fmt.Sprintf("mo-storm-%03d", k))
+				body := createReq(fmt.Sprintf("mo-storm-%03d", k))
 				for c := range copies {
 					ready.Add(1)
 					done.Add(1)

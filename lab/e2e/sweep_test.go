@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/sweep"
@@ -66,7 +67,7 @@ func TestSweepRecoversLostCallbacks(t *testing.T) {
 	}
 	for i, o := range os {
 		got := s.getOrder(t, o.OrderNo)
-		want := map[bool]string{true: "PAID", false: "CLOSED"}[i < 5]
+		want := map[bool]client.OrderStatus{true: "PAID", false: "CLOSED"}[i < 5]
 		if got.Status != want {
 			t.Errorf("order %d: %s, want %s", i, got.Status, want)
 		}

@@ -1,36 +1,31 @@
 package faultsuite
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 const (
 	ordersPath = "/v1/orders"
-	// maxRetrySleep caps the Retry-After a client honours: the service
-	// says whole seconds (1), and a test that slept that long would spend
-	// its budget asleep. The client sleeps 25-50 ms, with jitter so that
-	// duplicates do not retry in lock step.
-	maxRetrySleep = 50 * time.Millisecond
 	// keyDeadline bounds the retries of one key.
 	keyDeadline = 45 * time.Second
 )
 
-// Clients. The storm opens 600 connections at once; a small idle pool
-// would close and reopen most of them on every retry.
+// HTTP clients under the merchant client. The storm opens 600 connections
+// at once; a small idle pool would close and reopen most of them on every
+// retry.
 var (
 	keepAliveClient = &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second},
@@ -46,22 +41,26 @@ var (
 		Transport: &http.Transport{DisableKeepAlives: true},
 		Timeout:   30 * time.Second,
 	}
-	probeClient = &http.Client{Timeout: 5 * time.Second}
 )
 
-// createBody is a valid POST /v1/orders body.
-func createBody(merchantOrderNo string, amount int) []byte {
-	return fmt.Appendf(nil, `{"merchant_order_no":%q,"amount":%d,"currency":"EUR","description":"faultsuite"}`, merchantOrderNo, amount)
+// createReq is a valid order.
+func createReq(merchantOrderNo string, amount int) client.CreateOrderRequest {
+	return client.CreateOrderRequest{MerchantOrderNo: merchantOrderNo, Amount: int64(amount), Currency: "EUR", Description: "faultsuite"}
 }
 
-// answer is one HTTP response, reduced to what the tests compare.
+// answer is one attempt's answer, reduced to what the tests compare.
 type answer struct {
 	Status     int
 	Body       []byte
 	Replayed   bool   // Idempotent-Replayed: true
 	Location   string // Location header
 	RetryAfter string // Retry-After header, verbatim
-	Code       string // problem code, "" unless application/problem+json
+	Code       string // problem code, "" unless a problem
+}
+
+func answerOf(a client.Attempt) answer {
+	return answer{Status: a.StatusCode, Body: a.Body, Replayed: a.Replayed(), Location: a.Header.Get("Location"),
+		RetryAfter: a.Header.Get("Retry-After"), Code: a.Code()}
 }
 
 func (a answer) String() string {
@@ -71,93 +70,67 @@ func (a answer) String() string {
 // inUse is the in-flight answer, the one to retry later; a 409
 // order_exists is final.
 func (a answer) inUse() bool {
-	return a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use"
+	return a.Status == http.StatusConflict && a.Code == client.CodeIdempotencyKeyInUse
 }
 
 // first is a 201 produced by this request's own execution.
 func (a answer) first() bool { return a.Status == http.StatusCreated && !a.Replayed }
 
 // order is the order of a 201 body (zero otherwise).
-func (a answer) order() (o struct {
-	OrderNo         string `json:"order_no"`
-	MerchantOrderNo string `json:"merchant_order_no"`
-}) {
+func (a answer) order() (o client.Order) {
 	_ = json.Unmarshal(a.Body, &o)
 	return o
 }
 
-// postCreate sends one POST /v1/orders.
-func postCreate(ctx context.Context, c *http.Client, baseURL, key string, body []byte) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+ordersPath, bytes.NewReader(body))
-	if err != nil {
+// postCreate sends one attempt of POST /v1/orders with hc: the answer, or
+// the transport error.
+func postCreate(ctx context.Context, hc *http.Client, baseURL, key string, req client.CreateOrderRequest) (answer, error) {
+	var got client.Attempt
+	_, err := client.New(baseURL, apiKey, client.WithHTTPClient(hc)).CreateOrder(ctx, req,
+		client.WithIdempotencyKey(key), client.NoRetry(), client.OnAttempt(func(a client.Attempt) { got = a }))
+	if got.StatusCode == 0 {
 		return answer{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	a := answer{
-		Status:     resp.StatusCode,
-		Body:       b,
-		Replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
-		Location:   resp.Header.Get("Location"),
-		RetryAfter: resp.Header.Get("Retry-After"),
-	}
-	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		var p struct {
-			Code string `json:"code"`
-		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			return answer{}, fmt.Errorf("problem body %q: %w", b, err)
-		}
-		a.Code = p.Code
-	}
-	return a, nil
+	return answerOf(got), nil
 }
 
-// createUntilFinal is a well-behaved client: it retries while the key is
-// in use (409 idempotency_key_in_use, after its Retry-After, capped) and
-// after a 5xx (a 5xx stores nothing final: README.md, "Idempotency in short"), up to
-// keyDeadline. It returns the final answer and every answer seen, the final
-// one last. A transport error ends it: no test here expects one from a
-// live process.
-func createUntilFinal(ctx context.Context, c *http.Client, baseURL, key string, body []byte) (answer, []answer, error) {
+// createUntilFinal is the merchant client's create, retried until a final
+// answer (409 in use and 5xx are retried: a 5xx stores nothing final), up
+// to keyDeadline. It returns the final answer and every answer seen, the
+// final one last. A transport error ends it, as does a 409 in use without
+// a Retry-After of whole seconds: no test here expects either from a live
+// process.
+func createUntilFinal(ctx context.Context, hc *http.Client, baseURL, key string, req client.CreateOrderRequest) (answer, []answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyDeadline)
 	defer cancel()
-	var trace []answer
-	for {
-		a, err := postCreate(ctx, c, baseURL, key, body)
-		if err != nil {
-			return answer{}, trace, fmt.Errorf("key %s after %d answers: %w", key, len(trace), err)
+	var (
+		trace []answer
+		bad   error
+	)
+	c := client.New(baseURL, apiKey, client.WithHTTPClient(hc), client.WithMaxAttempts(0),
+		client.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	_, err := c.CreateOrder(ctx, req, client.WithIdempotencyKey(key), client.OnAttempt(func(at client.Attempt) {
+		a := answerOf(at)
+		switch secs, perr := strconv.Atoi(a.RetryAfter); {
+		case a.Status == 0:
+			bad = fmt.Errorf("key %s after %d answers: %w", key, len(trace), at.Err)
+		case a.inUse() && (perr != nil || secs < 1):
+			bad = fmt.Errorf("key %s: 409 in use with Retry-After %q, want whole seconds >= 1", key, a.RetryAfter)
+		}
+		if bad != nil {
+			cancel()
+			return
 		}
 		trace = append(trace, a)
-		var pause time.Duration
-		switch {
-		case a.inUse():
-			secs, err := strconv.Atoi(a.RetryAfter)
-			if err != nil || secs < 1 {
-				return answer{}, trace, fmt.Errorf("key %s: 409 in use with Retry-After %q, want whole seconds >= 1", key, a.RetryAfter)
-			}
-			pause = maxRetrySleep/2 + rand.N(maxRetrySleep/2)
-		case a.Status >= 500:
-			pause = 5*time.Millisecond + rand.N(5*time.Millisecond)
-		default:
-			return a, trace, nil
-		}
-		select {
-		case <-ctx.Done():
-			return answer{}, trace, fmt.Errorf("key %s: no final answer within %v after %d answers (last: %v)", key, keyDeadline, len(trace), a)
-		case <-time.After(pause):
-		}
+	}))
+	var inc *client.IncompleteError
+	switch {
+	case bad != nil:
+		return answer{}, trace, bad
+	case errors.As(err, &inc):
+		return answer{}, trace, fmt.Errorf("key %s: no final answer within %v after %d answers: %w", key, keyDeadline, len(trace), err)
 	}
+	return trace[len(trace)-1], trace, nil
 }
 
 // tally counts answers by kind.
@@ -195,56 +168,46 @@ func (c tally) String() string {
 		c.first, c.replayed, c.inUse, c.serverErrors, c.other)
 }
 
-// getStatus GETs url and returns the status code.
-func getStatus(url string) (int, error) {
-	resp, err := probeClient.Get(url)
+// scrape reads a process's GET /metrics into series -> value.
+func scrape(t testing.TB, p *testproc.Serve) map[string]float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	text, err := client.New(p.URL, "").Metrics(ctx)
 	if err != nil {
-		return 0, err
+		t.Fatalf("%s: GET /metrics: %v", p.Name, err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+	out := map[string]float64{}
+	for line := range strings.Lines(string(text)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
 }
 
 // idempotencyMetrics reads paysvc_idempotency_requests_total for
 // POST /v1/orders from the process's GET /metrics, by outcome.
-func idempotencyMetrics(t testing.TB, p *serveProc) map[string]float64 {
+func idempotencyMetrics(t testing.TB, p *testproc.Serve) map[string]float64 {
 	t.Helper()
-	resp, err := probeClient.Get(p.URL + "/metrics")
-	if err != nil {
-		t.Fatalf("%s: GET /metrics: %v", p.name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s: GET /metrics: %s", p.name, resp.Status)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// paysvc_idempotency_requests_total{endpoint="/v1/orders",outcome="first"} 42
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "paysvc_idempotency_requests_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			t.Fatalf("%s: unparsable metrics line %q", p.name, line)
-		}
-		if !strings.Contains(labels, `endpoint="`+ordersPath+`"`) {
+	for series, v := range scrape(t, p) {
+		// paysvc_idempotency_requests_total{endpoint="/v1/orders",outcome="first"}
+		labels, ok := strings.CutPrefix(series, "paysvc_idempotency_requests_total{")
+		if !ok || !strings.Contains(labels, `endpoint="`+ordersPath+`"`) {
 			continue
 		}
 		_, outcome, _ := strings.Cut(labels, `outcome="`)
 		outcome, _, _ = strings.Cut(outcome, `"`)
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			t.Fatalf("%s: metrics line %q: %v", p.name, line, err)
-		}
 		out[outcome] += v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: read /metrics: %v", p.name, err)
 	}
 	return out
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -33,7 +34,7 @@ func TestDBConnectionKilled(t *testing.T) {
 		after = 40
 	)
 	keyOf := func(k int) string { return fmt.Sprintf("conn-%03d", k) }
-	bodyOf := func(k int) []byte { return createBody(fmt.Sprintf("mo-conn-%03d", k), 3000+k) }
+	bodyOf := func(k int) client.CreateOrderRequest { return createReq(fmt.Sprintf("mo-conn-%03d", k), 3000+k) }
 
 	d := dbtest.New(t)
 	svc := startServe(t, "serve", d.DSN, "PAYSVC_IDEMPOTENCY_LEASE=2s")
@@ -120,7 +121,7 @@ func TestDBConnectionKilled(t *testing.T) {
 			if f.a.Replayed {
 				if committedBut5xx++; example == "" {
 					example = fmt.Sprintf("key %s: %v", keyOf(k), f.trace)
-					for _, l := range svc.logLines("request failed") {
+					for _, l := range svc.LogLines("request failed") {
 						if e := fmt.Sprint(l["err"]); strings.Contains(e, `"`+keyOf(k)+`"`) {
 							example += "; the service logged: " + e
 						}
@@ -134,11 +135,11 @@ func TestDBConnectionKilled(t *testing.T) {
 	if failed > 8 {
 		t.Errorf("... %d failures in all", failed)
 	}
-	releaseFailed := len(svc.logLines(releaseFailedMsg))
+	releaseFailed := len(svc.LogLines(releaseFailedMsg))
 	t.Logf("%d creates (%d at a time) in %v under %d KILLs every %v: %d of a connection mid-transaction, %d mid-statement (outside a transaction), %d idle in the pool; %d victims gone before the KILL",
 		keys, workers, loadTook.Round(time.Millisecond), ks.kills, killTick, ks.inTrx, ks.busy, ks.idle, ks.gone)
 	t.Logf("clients saw: %v; the service logged %d failed releases (keys then held until the lease ended)", all, releaseFailed)
-	t.Logf("the service's 5xx causes: %s", errorKinds(svc.logLines("request failed")))
+	t.Logf("the service's 5xx causes: %s", errorKinds(svc.LogLines("request failed")))
 	m := idempotencyMetrics(t, svc)
 	t.Logf("service /metrics: first=%v taken_over=%v (claims whose holder lost its connection, freed by the lease) replayed=%v in_flight=%v",
 		m["first"], m["taken_over"], m["replayed"], m["in_flight"])
@@ -152,8 +153,8 @@ func TestDBConnectionKilled(t *testing.T) {
 	if ks.kills == 0 {
 		t.Errorf("the killer killed no connection during the load: the test tested nothing")
 	}
-	if !svc.alive() {
-		t.Fatalf("the service died under the connection kills: %v", svc.err)
+	if !svc.Alive() {
+		t.Fatalf("the service died under the connection kills: %v", svc.Err())
 	}
 
 	// The killer has stopped: the same process, not restarted, must answer
@@ -164,7 +165,7 @@ func TestDBConnectionKilled(t *testing.T) {
 	for i := range after {
 		fresh.Go(func() {
 			key := fmt.Sprintf("conn-after-%02d", i)
-			freshAnswers[i], freshErrs[i] = postCreate(ctx, keepAliveClient, svc.URL, key, createBody("mo-"+key, 4000+i))
+			freshAnswers[i], freshErrs[i] = postCreate(ctx, keepAliveClient, svc.URL, key, createReq("mo-"+key, 4000+i))
 		})
 	}
 	fresh.Wait()
@@ -179,8 +180,8 @@ func TestDBConnectionKilled(t *testing.T) {
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
-	if code, err := getStatus(svc.URL + "/readyz"); err != nil || code != http.StatusOK {
-		t.Errorf("GET /readyz after the killer stopped: %d, %v; want 200", code, err)
+	if _, err := client.New(svc.URL, "").Readyz(ctx, client.NoRetry()); err != nil {
+		t.Errorf("GET /readyz after the killer stopped: %v; want 200", err)
 	}
 	assertBooks(t, d, keys+after, answered)
 }

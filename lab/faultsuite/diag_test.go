@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // releaseFailedMsg is the engine's log line for a claim it could not free.
@@ -35,13 +36,13 @@ func isConnLimit(msg string) bool {
 // Anything else the servers logged as a failure fails the test: see
 // serverFailures. It returns how many claims the processes failed to
 // release, for the tests that bound take-overs.
-func assertOnlyEnvironmentalFailures(t *testing.T, seen5xx int, procs ...*serveProc) (failedReleases int) {
+func assertOnlyEnvironmentalFailures(t *testing.T, seen5xx int, procs ...*testproc.Serve) (failedReleases int) {
 	t.Helper()
 	limited := 0
 	for _, p := range procs {
-		v := serverFailures(p.out.String())
+		v := serverFailures(p.Output())
 		for _, f := range v.failures {
-			t.Errorf("%s, although no fault was injected: %s", p.name, f)
+			t.Errorf("%s, although no fault was injected: %s", p.Name, f)
 		}
 		failedReleases += v.failedReleases
 		limited += v.connLimited
@@ -86,13 +87,11 @@ func serverFailures(output string) logVerdict {
 		line   string
 	}
 	var serverErrors []answered
+	v.panics = testproc.Panics(output)
+	v.failures = append(v.failures, v.panics...)
 	for l := range strings.SplitSeq(output, "\n") {
 		var m map[string]any
 		if !strings.HasPrefix(l, "{") || json.Unmarshal([]byte(l), &m) != nil {
-			if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
-				v.panics = append(v.panics, "the runtime says: "+l)
-				v.failures = append(v.failures, "the runtime says: "+l)
-			}
 			continue
 		}
 		msg, _ := m["msg"].(string)
@@ -101,10 +100,7 @@ func serverFailures(output string) logVerdict {
 		errText := fmt.Sprint(m["err"])
 		switch {
 		case msg == "panic":
-			p := fmt.Sprintf("panic in request %s: %v", id, m["panic"])
-			v.panics = append(v.panics, p)
-			v.failures = append(v.failures, p)
-			continue
+			continue // counted above
 		case msg == "http request":
 			if status, ok := m["status"].(float64); ok && status >= 500 {
 				serverErrors = append(serverErrors, answered{id, int(status), l})

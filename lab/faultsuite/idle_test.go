@@ -106,15 +106,15 @@ func TestIdleConnectionsDoNotStarveTheServer(t *testing.T) {
 		}
 		t.Logf("GET %s answered in %v", path, time.Since(start).Round(time.Millisecond))
 	}
-	a, err := postCreate(t.Context(), client, p.URL, "idle-order-1", createBody("idle-1", 100))
+	a, err := postCreate(t.Context(), client, p.URL, "idle-order-1", createReq("idle-1", 100))
 	if err != nil || a.Status != http.StatusCreated {
 		t.Errorf("create after the idle connections: %v %v", a, err)
 	}
-	if n, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid)); err == nil {
+	if n, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Process().Pid)); err == nil {
 		t.Logf("the server holds %d open files (limit %d)", len(n), idleFileLimit)
 	}
 
-	out := p.out.String()
+	out := p.Output()
 	if strings.Contains(out, "too many open files") {
 		t.Errorf("the server ran out of open files")
 	}

@@ -1,7 +1,6 @@
 package faultsuite
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
@@ -103,37 +103,24 @@ func getOrder(c *http.Client, baseURL, key, orderNo string) (int, []byte, error)
 	return resp.StatusCode, b, err
 }
 
-// createWith creates an order with bearer key on baseURL and returns its
-// order_no.
+// createWith creates an order with bearer key on baseURL, through the
+// merchant client, and returns its order_no.
 func createWith(t *testing.T, baseURL, key, merchantOrderNo string) string {
 	t.Helper()
-	body := createBody(merchantOrderNo, 1000)
-	req, err := http.NewRequest(http.MethodPost, baseURL+ordersPath, bytes.NewReader(body))
+	o, err := client.New(baseURL, key, client.WithHTTPClient(keepAliveClient)).CreateOrder(t.Context(),
+		createReq(merchantOrderNo, 1000), client.WithIdempotencyKey(merchantOrderNo))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("create %s on %s: %v", merchantOrderNo, baseURL, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", merchantOrderNo)
-	resp, err := keepAliveClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	a := answer{Status: resp.StatusCode, Body: b}
-	if a.Status != http.StatusCreated || a.order().OrderNo == "" {
-		t.Fatalf("create %s on %s: %s", merchantOrderNo, baseURL, a)
-	}
-	return a.order().OrderNo
+	return o.OrderNo
 }
 
 // expectAccepted fails the test unless every instance accepts key now.
-func expectAccepted(t *testing.T, procs []*serveProc, key, orderNo, what string) {
+func expectAccepted(t *testing.T, procs []*testproc.Serve, key, orderNo, what string) {
 	t.Helper()
 	for _, p := range procs {
 		if code, body, err := getOrder(keepAliveClient, p.URL, key, orderNo); err != nil || code != http.StatusOK {
-			t.Fatalf("%s: %s refused on %s: %d %s %v", what, key[:7], p.name, code, body, err)
+			t.Fatalf("%s: %s refused on %s: %d %s %v", what, key[:7], p.Name, code, body, err)
 		}
 	}
 }
@@ -141,7 +128,7 @@ func expectAccepted(t *testing.T, procs []*serveProc, key, orderNo, what string)
 // refusedBy polls every instance with key until each answers 401, and
 // fails the test for an instance that still accepts it limit after since.
 // It returns how long after since each refused it, and the 401 body.
-func refusedBy(t *testing.T, procs []*serveProc, key, orderNo string, since time.Time, limit time.Duration) ([]time.Duration, []byte) {
+func refusedBy(t *testing.T, procs []*testproc.Serve, key, orderNo string, since time.Time, limit time.Duration) ([]time.Duration, []byte) {
 	t.Helper()
 	took := make([]time.Duration, len(procs))
 	var unauthorized []byte
@@ -149,7 +136,7 @@ func refusedBy(t *testing.T, procs []*serveProc, key, orderNo string, since time
 		for {
 			code, body, err := getOrder(keepAliveClient, p.URL, key, orderNo)
 			if err != nil || (code != http.StatusOK && code != http.StatusUnauthorized) {
-				t.Fatalf("%s: %d %s %v", p.name, code, body, err)
+				t.Fatalf("%s: %d %s %v", p.Name, code, body, err)
 			}
 			if code == http.StatusUnauthorized {
 				took[i] = time.Since(since)
@@ -157,7 +144,7 @@ func refusedBy(t *testing.T, procs []*serveProc, key, orderNo string, since time
 				break
 			}
 			if time.Since(since) > limit {
-				t.Fatalf("%s still accepts the key %v after it should be refused (limit %v)", p.name, time.Since(since), limit)
+				t.Fatalf("%s still accepts the key %v after it should be refused (limit %v)", p.Name, time.Since(since), limit)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -202,7 +189,7 @@ func TestDatabaseKeysAcrossInstances(t *testing.T) {
 		t.Fatalf("KEY=$(paysvc keys create --merchant shop | head -1): exit %d, %q", code, out)
 	}
 	first := out
-	procs := make([]*serveProc, 3)
+	procs := make([]*testproc.Serve, 3)
 	for i := range procs {
 		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i+1), d.DSN, "PAYSVC_LOG_LEVEL=debug")
 	}
@@ -278,7 +265,7 @@ func TestDatabaseKeysAcrossInstances(t *testing.T) {
 	dump := dumpDatabase(t, d)
 	logs := run.stderr.String()
 	for _, p := range procs {
-		logs += p.out.String()
+		logs += p.Output()
 	}
 	for _, k := range keys {
 		for _, needle := range []string{k, strings.TrimPrefix(k, "sk_")} {
@@ -317,33 +304,6 @@ func dumpDatabase(t *testing.T, d *dbtest.DB) string {
 		}
 	}
 	return b.String()
-}
-
-// scrape reads a process's GET /metrics into series -> value.
-func scrape(t *testing.T, p *serveProc) map[string]float64 {
-	t.Helper()
-	resp, err := probeClient.Get(p.URL + "/metrics")
-	if err != nil {
-		t.Fatalf("%s: GET /metrics: %v", p.name, err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
 }
 
 // TestRandomKeyFlood: 1,000 requests with random bearer keys at once,

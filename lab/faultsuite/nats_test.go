@@ -108,7 +108,7 @@ func TestNATSConsumerSIGKILL(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	first.kill(t)
+	first.Kill(t)
 	atKill := paid()
 	cons, err := stream.Consumer(ctx, natsintake.Durable)
 	if err != nil {

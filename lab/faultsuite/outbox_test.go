@@ -14,6 +14,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestOutboxSIGKILLMidDelivery: three serve processes relay one events
@@ -83,7 +84,7 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 	}
 
 	env := []string{"PAYSVC_NOTIFY_ENDPOINTS=" + merchant + "=" + rcv.URL + " " + secret, "PAYSVC_NOTIFY_TIMEOUT=2s"}
-	procs := []*serveProc{
+	procs := []*testproc.Serve{
 		startServe(t, "relay-1", d.DSN, env...),
 		startServe(t, "relay-2", d.DSN, env...),
 		startServe(t, "relay-3", d.DSN, env...),
@@ -97,7 +98,7 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	claimed := d.Count(t, `SELECT COUNT(*) FROM events WHERE claim IS NOT NULL`)
-	procs[0].kill(t)
+	procs[0].Kill(t)
 	t.Logf("relay-1 SIGKILLed after %d deliveries, %d events claimed at that moment", received(), claimed)
 
 	// The dead relay's claims come due when their lease ends (2 s timeout

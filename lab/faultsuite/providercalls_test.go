@@ -13,6 +13,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestProviderCallsSIGKILL: three serve processes make one table of
@@ -92,7 +93,7 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 		return k
 	}
 	env := []string{"PAYSVC_PROVIDER_API=mockpay=" + provider.URL + " sk_kill_test_key", "PAYSVC_NOTIFY_TIMEOUT=2s"}
-	procs := []*serveProc{
+	procs := []*testproc.Serve{
 		startServe(t, "calls-1", d.DSN, env...),
 		startServe(t, "calls-2", d.DSN, env...),
 		startServe(t, "calls-3", d.DSN, env...),
@@ -108,7 +109,7 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	claimed := d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE claim IS NOT NULL`)
-	procs[0].kill(t)
+	procs[0].Kill(t)
 	t.Logf("calls-1 SIGKILLed after %d calls (%d in flight), %d calls claimed at that moment", made(), busy(), claimed)
 	deadline = time.Now().Add(90 * time.Second)
 	for d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`) < n {

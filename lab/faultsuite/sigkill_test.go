@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -24,7 +25,7 @@ func TestSIGKILLMidBurst(t *testing.T) {
 		leaseEnv  = "PAYSVC_IDEMPOTENCY_LEASE=2s"
 	)
 	keyOf := func(k int) string { return fmt.Sprintf("kill-%03d", k) }
-	bodyOf := func(k int) []byte { return createBody(fmt.Sprintf("mo-kill-%03d", k), 2000+k) }
+	bodyOf := func(k int) client.CreateOrderRequest { return createReq(fmt.Sprintf("mo-kill-%03d", k), 2000+k) }
 
 	d := dbtest.New(t)
 	victim := startServe(t, "serve-A (killed)", d.DSN, leaseEnv)
@@ -63,7 +64,7 @@ func TestSIGKILLMidBurst(t *testing.T) {
 		inFlightAtKill = len(inFlight)
 		killedAt = time.Now()
 		mu.Unlock()
-		victim.kill(t)
+		victim.Kill(t)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -110,7 +111,7 @@ func TestSIGKILLMidBurst(t *testing.T) {
 	if !killed {
 		t.Fatalf("only %d answers from the first process, never killed it (want %d before the kill)", responses, killAfter)
 	}
-	if victim.alive() {
+	if victim.Alive() {
 		t.Fatalf("the first process survived SIGKILL")
 	}
 

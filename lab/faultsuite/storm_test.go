@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestMultiProcessStorm: three serve processes on one database, 100 keys
@@ -26,7 +27,7 @@ func TestMultiProcessStorm(t *testing.T) {
 		leaseEnv = "PAYSVC_IDEMPOTENCY_LEASE=10s"
 	)
 	d := dbtest.New(t)
-	procs := make([]*serveProc, nprocs)
+	procs := make([]*testproc.Serve, nprocs)
 	for i := range procs {
 		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), d.DSN, leaseEnv)
 	}
@@ -43,7 +44,7 @@ func TestMultiProcessStorm(t *testing.T) {
 	start := make(chan struct{})
 	for k := range keys {
 		key := fmt.Sprintf("storm-%03d", k)
-		body := createBody(fmt.Sprintf("mo-storm-%03d", k), 1000+k)
+		body := createReq(fmt.Sprintf("mo-storm-%03d", k), 1000+k)
 		for i := range duplicates {
 			ready.Add(1)
 			done.Add(1)
@@ -75,13 +76,13 @@ func TestMultiProcessStorm(t *testing.T) {
 			all.add(r.trace...)
 			if r.err != nil {
 				if failed++; failed <= 5 {
-					t.Errorf("key %d, duplicate %d (%s): %v", k, i, procs[(k+i)%nprocs].name, r.err)
+					t.Errorf("key %d, duplicate %d (%s): %v", k, i, procs[(k+i)%nprocs].Name, r.err)
 				}
 				continue
 			}
 			if r.final.Status != 201 {
 				if failed++; failed <= 5 {
-					t.Errorf("key %d, duplicate %d (%s): final answer %v, want 201", k, i, procs[(k+i)%nprocs].name, r.final)
+					t.Errorf("key %d, duplicate %d (%s): final answer %v, want 201", k, i, procs[(k+i)%nprocs].Name, r.final)
 				}
 				continue
 			}
@@ -120,7 +121,7 @@ func TestMultiProcessStorm(t *testing.T) {
 			sum[k] += v
 		}
 		perProc += fmt.Sprintf(" %s first=%v taken_over=%v replayed=%v in_flight=%v;",
-			p.name, m["first"], m["taken_over"], m["replayed"], m["in_flight"])
+			p.Name, m["first"], m["taken_over"], m["replayed"], m["in_flight"])
 	}
 	t.Logf("%d keys × %d duplicates over %d processes in %v: %v", keys, duplicates, nprocs, elapsed.Round(time.Millisecond), all)
 	t.Logf("per process (from /metrics):%s", perProc)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
@@ -52,7 +53,7 @@ func BenchmarkClusterVsOneNode(b *testing.B) {
 		}
 		b.Logf("%-9s %-9s %8s %8s %8s %10s %8s %6s %9s", "setup", "workload", "req/s", "p50 ms", "p99 ms", "p99 all ms", "retried", "503s", "conflicts")
 		for _, s := range setups {
-			procs := make([]*serveProc, nodes)
+			procs := make([]*testproc.Serve, nodes)
 			for i := range procs {
 				procs[i] = startServe(b, fmt.Sprintf("%s-%d", s.name, i), s.dsns[i])
 			}
@@ -72,8 +73,7 @@ func BenchmarkClusterVsOneNode(b *testing.B) {
 				return paymentCallback(mockpay.NewEventID(), o, "txn_"+o, 1000)
 			})
 			for _, p := range procs {
-				_ = p.cmd.Process.Kill()
-				<-p.exited
+				p.Kill(b)
 			}
 		}
 	}
@@ -87,7 +87,7 @@ const (
 // benchLoad runs benchWorkers closed-loop clients for benchDuration, worker
 // w sending to instance w%3, logs one line of figures and returns the
 // order_no of every 201.
-func benchLoad(b *testing.B, setup, workload string, procs []*serveProc, before [nodes]wsrepCounters, next func(worker, n int) request) []string {
+func benchLoad(b *testing.B, setup, workload string, procs []*testproc.Serve, before [nodes]wsrepCounters, next func(worker, n int) request) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), benchDuration+time.Minute)
 	defer cancel()
 	rec := newRecorder()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestGaleraCausalReads: an order created through node 1 is read at once
@@ -22,7 +24,7 @@ func TestGaleraCausalReads(t *testing.T) {
 		workers = 8
 	)
 	c := newCluster(t)
-	procs := []*serveProc{
+	procs := []*testproc.Serve{
 		startServe(t, "serve-0", c.dsn[0]),
 		startServe(t, "serve-1", c.dsn[1]+"&wsrep_sync_wait=1"),
 		startServe(t, "serve-2", c.dsn[2]),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,16 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
 var (
-	client = &http.Client{
+	httpClient = &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 2048, IdleConnTimeout: 30 * time.Second},
 		Timeout:   30 * time.Second,
 	}
-	probeClient = &http.Client{Timeout: 5 * time.Second}
 )
 
 // answer is one HTTP response, reduced to what the tests compare.
@@ -89,7 +91,7 @@ func send(ctx context.Context, baseURL string, r request) (answer, error) {
 		}
 	}
 	began := time.Now()
-	resp, err := client.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
@@ -217,7 +219,7 @@ func (r *recorder) String() string {
 // read, and the server then closes it unanswered. The serve processes
 // never die in this suite (startServe's clean-up would say so), so such
 // an error is the client's environment, not a lost answer.
-func untilFinal(ctx context.Context, procs []*serveProc, start int, r request, rec *recorder, moveOn503 bool) (answer, error) {
+func untilFinal(ctx context.Context, procs []*testproc.Serve, start int, r request, rec *recorder, moveOn503 bool) (answer, error) {
 	inst := start
 	for attempt := 1; ; attempt++ {
 		a, err := send(ctx, procs[inst].URL, r)
@@ -256,14 +258,19 @@ func untilFinal(ctx context.Context, procs []*serveProc, start int, r request, r
 	}
 }
 
-func getStatus(url string) (int, error) {
-	resp, err := probeClient.Get(url)
-	if err != nil {
-		return 0, err
+// readyzStatus asks GET /readyz once: 200, 503, or no answer.
+func readyzStatus(baseURL string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := client.New(baseURL, "").Readyz(ctx, client.NoRetry())
+	var pe *client.Error
+	switch {
+	case err == nil:
+		return http.StatusOK, nil
+	case errors.As(err, &pe):
+		return pe.Status, nil
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+	return 0, err
 }
 
 func createRequest(key, merchantOrderNo string, amount int) request {

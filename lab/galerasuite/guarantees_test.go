@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/reconcile"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
@@ -24,7 +25,7 @@ const answerLimit = 12 * time.Second
 // package documentation.
 func TestGaleraGuarantees(t *testing.T) {
 	c := newCluster(t)
-	procs := make([]*serveProc, nodes)
+	procs := make([]*testproc.Serve, nodes)
 	for i := range procs {
 		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), c.dsn[i], "PAYSVC_IDEMPOTENCY_LEASE=10s")
 	}
@@ -50,8 +51,8 @@ func TestGaleraGuarantees(t *testing.T) {
 	}
 
 	for i, p := range procs {
-		if n := p.accessLog5xx(); len(n) > 0 && (len(n) > 1 || n[http.StatusServiceUnavailable] == 0) {
-			t.Errorf("%s access log: 5xx other than 503: %v", p.name, n)
+		if n := accessLog5xx(p); len(n) > 0 && (len(n) > 1 || n[http.StatusServiceUnavailable] == 0) {
+			t.Errorf("%s access log: 5xx other than 503: %v", p.Name, n)
 		}
 		if out, err := reconcileCLI(t, c.dsn[i]); err != nil {
 			t.Errorf("paysvc reconcile against node %d: %v\n%s", i+1, err, out)
@@ -71,7 +72,7 @@ type storedOrder struct {
 // to instance (k+i)%3, all released at once; every client retries 409 and
 // 503. Exactly one order per key on every node, all six answers of a key
 // the same, exactly one of them executed.
-func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*serveProc) []storedOrder {
+func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testproc.Serve) []storedOrder {
 	const keys, duplicates = 100, 6
 	rec := newRecorder()
 	before := wsrepStats(t)
@@ -151,7 +152,7 @@ func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*servePr
 // second, different payment (a duplicate_payment), sent to all three as
 // well. On every node: each order PAID by exactly one applied payment, each
 // duplicate recorded once as money to refund, reconcile clean.
-func callbackStorm(t *testing.T, ctx context.Context, c *cluster, procs []*serveProc, orders []storedOrder) {
+func callbackStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testproc.Serve, orders []storedOrder) {
 	rec := newRecorder()
 	before := wsrepStats(t)
 	type event struct {
@@ -258,7 +259,7 @@ func callbackStorm(t *testing.T, ctx context.Context, c *cluster, procs []*serve
 // retried after 409 and 503 as their Retry-After says. Exactly 10 × 201 and
 // 10 × 422 refund_exceeds_amount; on every node 10 refunds and the whole
 // amount reserved.
-func refundRace(t *testing.T, ctx context.Context, c *cluster, procs []*serveProc, o storedOrder) {
+func refundRace(t *testing.T, ctx context.Context, c *cluster, procs []*testproc.Serve, o storedOrder) {
 	const refunds = 20
 	part := o.amount / 10
 	rec := newRecorder()

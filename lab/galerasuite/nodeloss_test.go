@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestGaleraNodeLoss: a burst of distinct creates over three instances, one
@@ -31,7 +33,7 @@ func TestGaleraNodeLoss(t *testing.T) {
 		lostNode = "3"
 	)
 	c := newCluster(t)
-	procs := make([]*serveProc, nodes)
+	procs := make([]*testproc.Serve, nodes)
 	for i := range procs {
 		// A claim whose release died with node 3 blocks its key until its
 		// lease ends: a short lease keeps that wait short.
@@ -211,10 +213,10 @@ func TestGaleraNodeLoss(t *testing.T) {
 	}
 	takeOvers := 0
 	for _, p := range procs {
-		if n := p.accessLog5xx(); len(n) > 1 || (len(n) == 1 && n[http.StatusServiceUnavailable] == 0) {
-			t.Errorf("%s access log: 5xx other than 503: %v", p.name, n)
+		if n := accessLog5xx(p); len(n) > 1 || (len(n) == 1 && n[http.StatusServiceUnavailable] == 0) {
+			t.Errorf("%s access log: 5xx other than 503: %v", p.Name, n)
 		}
-		takeOvers += strings.Count(p.out.String(), `"msg":"idempotency lease taken over"`)
+		takeOvers += strings.Count(p.Output(), `"msg":"idempotency lease taken over"`)
 	}
 	// A claim committed through node 3 whose release died with it is taken
 	// over on a surviving node after its lease: the fence then decides
@@ -230,18 +232,18 @@ func stateTransfers(i int) int {
 }
 
 // waitReadyz polls p's /readyz until it answers want, and returns when.
-func waitReadyz(t *testing.T, p *serveProc, want int, within time.Duration) time.Time {
+func waitReadyz(t *testing.T, p *testproc.Serve, want int, within time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	last := ""
 	for time.Now().Before(deadline) {
-		code, err := getStatus(p.URL + "/readyz")
+		code, err := readyzStatus(p.URL)
 		if err == nil && code == want {
 			return time.Now()
 		}
 		last = fmt.Sprint(code, err)
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("%s: /readyz not %d within %v (last: %s)", p.name, want, within, last)
+	t.Fatalf("%s: /readyz not %d within %v (last: %s)", p.Name, want, within, last)
 	return time.Time{}
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestGaleraPartition: node 2 is cut off from the other two (gmcast.isolate:
@@ -24,7 +26,7 @@ func TestGaleraPartition(t *testing.T) {
 		keys    = 30
 	)
 	c := newCluster(t)
-	procs := make([]*serveProc, nodes)
+	procs := make([]*testproc.Serve, nodes)
 	for i := range procs {
 		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), c.dsn[i],
 			"PAYSVC_IDEMPOTENCY_LEASE=3s", "PAYSVC_REQUEST_TIMEOUT="+timeout.String())
@@ -107,8 +109,8 @@ func TestGaleraPartition(t *testing.T) {
 		t.Errorf("paysvc reconcile against node %s: %v\n%s", cutNode, err, out)
 	}
 	for _, p := range procs {
-		if n := p.accessLog5xx(); len(n) > 1 || (len(n) == 1 && n[http.StatusServiceUnavailable] == 0) {
-			t.Errorf("%s access log: 5xx other than 503: %v", p.name, n)
+		if n := accessLog5xx(p); len(n) > 1 || (len(n) == 1 && n[http.StatusServiceUnavailable] == 0) {
+			t.Errorf("%s access log: 5xx other than 503: %v", p.Name, n)
 		}
 	}
 }

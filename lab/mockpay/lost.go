@@ -2,11 +2,12 @@ package mockpay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/paysvc/paysvc/client"
 )
 
 // LostConfig is the lost-callbacks phase of the tour: orders paid at the
@@ -38,8 +39,7 @@ type LostReport struct {
 
 // RunLost runs the phase.
 func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
-	m := &merchant{base: c.BaseURL, apiKey: c.APIKey, client: http.DefaultClient, timeout: DefaultTimeout,
-		logf: func(string, ...any) {}}
+	m := client.New(c.BaseURL, c.APIKey, client.WithAttemptTimeout(DefaultTimeout))
 	rep := LostReport{Orders: c.Orders}
 	paid := c.Orders / 2
 	drop := int(math.Round(c.DropRate * float64(paid)))
@@ -49,13 +49,10 @@ func RunLost(ctx context.Context, c LostConfig) (LostReport, error) {
 	)
 	for i := range c.Orders {
 		run := NewTxnID()
-		a, err := m.createOrder(ctx, "lost-"+run, "lost-"+run, 1000+int64(i), "EUR")
+		o, err := m.CreateOrder(ctx, client.CreateOrderRequest{MerchantOrderNo: "lost-" + run, Amount: 1000 + int64(i), Currency: "EUR",
+			Description: "mockpay scenario"}, client.WithIdempotencyKey("lost-"+run))
 		if err != nil {
-			return rep, err
-		}
-		var o Order
-		if a.status != http.StatusCreated || json.Unmarshal(a.body, &o) != nil {
-			return rep, fmt.Errorf("create order: %v", a)
+			return rep, fmt.Errorf("create order: %w", err)
 		}
 		if i >= paid {
 			unpaid = append(unpaid, o.OrderNo)

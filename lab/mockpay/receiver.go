@@ -3,6 +3,7 @@ package mockpay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,21 +12,21 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
-	"time"
 
-	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/client"
 )
 
 // Receiver plays a merchant's webhook endpoint for paysvc's notifications
 // (README.md, "Events and notifications"), as a careful merchant writes one:
-// it verifies the Standard Webhooks signature, and it dedups by webhook-id,
+// it verifies the Standard Webhooks signature with package client's
+// Verifier, and it dedups by webhook-id,
 // because delivery is at-least-once. To show paysvc's retries it misbehaves
 // on purpose: it refuses some first attempts (503, nothing processed), and
 // for some it processes the event but loses the answer (500 after the work,
 // as when a receiver times out after committing), so that paysvc sends the
 // event again and the receiver drops the duplicate.
 type Receiver struct {
-	verifier *webhooks.Verifier
+	verifier *client.Verifier
 	// RefuseRate and LoseAnswerRate apply to the first attempt of an
 	// event only.
 	RefuseRate, LoseAnswerRate float64
@@ -41,10 +42,10 @@ type Receiver struct {
 	badSigned int
 }
 
-// NewReceiver returns a Receiver that accepts the signatures of secrets.
-func NewReceiver(secrets []webhooks.Secret, tolerance time.Duration) *Receiver {
+// NewReceiver returns a Receiver that accepts what v verifies.
+func NewReceiver(v *client.Verifier) *Receiver {
 	return &Receiver{
-		verifier: webhooks.NewVerifier(secrets, tolerance, nil),
+		verifier: v,
 		seen:     map[string]bool{},
 		attempts: map[string]int{},
 		byType:   map[string]int{},
@@ -68,22 +69,19 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unreadable body", http.StatusBadRequest)
 		return
 	}
-	if err := r.verifier.Verify(req.Header, body); err != nil {
+	ev, err := r.verifier.VerifyEvent(req.Header, body)
+	switch {
+	case errors.Is(err, client.ErrSignature):
 		r.mu.Lock()
 		r.badSigned++
 		r.mu.Unlock()
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
-	}
-	var ev struct {
-		ID   string `json:"id"`
-		Type string `json:"type"`
-	}
-	id := req.Header.Get(webhooks.HeaderID)
-	if err := json.Unmarshal(body, &ev); err != nil || ev.ID != id {
+	case err != nil:
 		http.Error(w, "not an event", http.StatusBadRequest)
 		return
 	}
+	id := ev.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.received++
@@ -101,7 +99,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.seen[id] = true
-	r.byType[ev.Type]++
+	r.byType[string(ev.Type)]++
 	if first && rand.Float64() < r.LoseAnswerRate {
 		r.lost++
 		http.Error(w, "processed, but the answer was lost", http.StatusInternalServerError)

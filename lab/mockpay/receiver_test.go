@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -18,7 +19,7 @@ func TestReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := webhooks.ParseSecret("whsec_AQIDBAUGBwgJCgsMDQ4PEBE")
-	rcv := NewReceiver([]webhooks.Secret{sec}, 5*time.Minute)
+	rcv := NewReceiver(receiverVerifier(t))
 	send := func(s webhooks.Secret, id, body string) int {
 		now := time.Now()
 		req := httptest.NewRequest(http.MethodPost, "/hooks", strings.NewReader(body))
@@ -62,7 +63,7 @@ func TestReceiverServesItsCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcv := NewReceiver([]webhooks.Secret{sec}, 5*time.Minute)
+	rcv := NewReceiver(receiverVerifier(t))
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	now := time.Now()
@@ -83,4 +84,14 @@ func TestReceiverServesItsCounts(t *testing.T) {
 	if want := rcv.Stats(); got.Received != 1 || !reflect.DeepEqual(got, want) {
 		t.Errorf("fetched %+v, want %+v", got, want)
 	}
+}
+
+// receiverVerifier verifies the tests' secret.
+func receiverVerifier(t *testing.T) *client.Verifier {
+	t.Helper()
+	v, err := client.NewVerifier([]string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

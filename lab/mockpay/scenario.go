@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -198,7 +199,7 @@ type scenarioOrder struct {
 	cancel      string // "ok", "refused", or an error text
 	refunds     []*plannedRefund
 	overRefund  bool // a refund beyond the amount is asked after the others
-	final       Order
+	final       *client.Order
 	finalErr    error
 }
 
@@ -206,7 +207,7 @@ type scenarioRun struct {
 	cfg    ScenarioConfig
 	rnd    *rand.Rand // planning only: one goroutine
 	runID  string
-	m      *merchant
+	m      *client.Client
 	sender *Sender
 	logf   func(string, ...any)
 	orders []*scenarioOrder
@@ -271,9 +272,9 @@ func newScenarioRun(cfg ScenarioConfig) (*scenarioRun, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = defaultClient(cfg.Concurrency)
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = defaultClient(cfg.Concurrency)
 	}
 	base := strings.TrimRight(cfg.BaseURL, "/")
 	r := &scenarioRun{
@@ -283,8 +284,7 @@ func newScenarioRun(cfg ScenarioConfig) (*scenarioRun, error) {
 		logf:   logf,
 		events: map[string]*plannedEvent{},
 	}
-	r.m = &merchant{base: base, apiKey: cfg.APIKey, client: client,
-		timeout: orDefault(cfg.Timeout, DefaultTimeout), logf: logf}
+	r.m = newMerchant(base, cfg.APIKey, hc, orDefault(cfg.Timeout, DefaultTimeout), logf)
 	senderLog := func(string, ...any) {}
 	if cfg.LogAttempts {
 		senderLog = logf
@@ -300,7 +300,7 @@ func newScenarioRun(cfg ScenarioConfig) (*scenarioRun, error) {
 		MaxBackoff:    cfg.MaxBackoff,
 		Horizon:       cfg.Horizon,
 		Rand:          rand.New(rand.NewPCG(cfg.Seed, 2)),
-		HTTPClient:    client,
+		HTTPClient:    hc,
 		Logf:          senderLog,
 		OnResult:      r.onResult,
 		Publish:       cfg.Publish,
@@ -319,8 +319,8 @@ func (r *scenarioRun) run(ctx context.Context) error {
 		if timeout == 0 {
 			timeout = 2 * time.Minute
 		}
-		r.logf("waiting for paysvc at %s", r.m.base)
-		if err := r.m.waitReady(ctx, timeout); err != nil {
+		r.logf("waiting for paysvc at %s", r.cfg.BaseURL)
+		if err := waitReady(ctx, r.m, r.cfg.BaseURL, timeout, r.logf); err != nil {
 			return err
 		}
 	}

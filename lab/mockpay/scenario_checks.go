@@ -2,12 +2,13 @@ package mockpay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/paysvc/paysvc/client"
 )
 
 func (r *scenarioRun) fetchFinal(ctx context.Context) error {
@@ -16,8 +17,8 @@ func (r *scenarioRun) fetchFinal(ctx context.Context) error {
 		if o.orderNo == "" {
 			return nil
 		}
-		o.final, o.finalErr = r.m.getOrder(ctx, o.orderNo)
-		if errors.Is(o.finalErr, errUnauthorized) || ctx.Err() != nil {
+		o.final, o.finalErr = r.m.GetOrder(ctx, o.orderNo)
+		if client.HasCode(o.finalErr, client.CodeUnauthorized) || ctx.Err() != nil {
 			return o.finalErr
 		}
 		return nil
@@ -38,14 +39,14 @@ func (r *scenarioRun) check(ctx context.Context) error {
 			r.anomaly("order %s: %v", o.orderNo, o.finalErr)
 			continue
 		}
-		r.rep.FinalStatus[o.final.Status]++
+		r.rep.FinalStatus[string(o.final.Status)]++
 		r.checkOrder(o)
 	}
 	return nil
 }
 
-func isPaidStatus(s string) bool {
-	return s == "PAID" || s == "PARTIALLY_REFUNDED" || s == "REFUNDED"
+func isPaidStatus(s client.OrderStatus) bool {
+	return s == client.StatusPaid || s == client.StatusPartiallyRefunded || s == client.StatusRefunded
 }
 
 // checkOrder holds r.mu. An order with an event given up is not judged:
@@ -125,12 +126,12 @@ func (r *scenarioRun) checkOrder(o *scenarioOrder) {
 	if v.RefundedAmount != refunded || v.PendingRefundAmount != 0 {
 		bad("refunded %d with %d pending, want %d with 0 pending", v.RefundedAmount, v.PendingRefundAmount, refunded)
 	}
-	want := "PAID"
+	want := client.StatusPaid
 	switch {
 	case refunded == o.amount:
-		want = "REFUNDED"
+		want = client.StatusRefunded
 	case refunded > 0:
-		want = "PARTIALLY_REFUNDED"
+		want = client.StatusPartiallyRefunded
 	}
 	if v.Status != want {
 		bad("status %s after refunds of %d out of %d, want %s", v.Status, refunded, o.amount, want)

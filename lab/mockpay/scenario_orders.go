@@ -2,9 +2,9 @@ package mockpay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
+
+	"github.com/paysvc/paysvc/client"
 )
 
 // createOrders creates every order with its own Idempotency-Key; some are
@@ -19,16 +19,12 @@ func (r *scenarioRun) createOrders(ctx context.Context) error {
 	return parallel(ctx, len(r.orders), r.cfg.Concurrency, func(ctx context.Context, i int) error {
 		o := r.orders[i]
 		key := r.key("order", fmt.Sprint(i+1))
-		a, err := r.m.createOrder(ctx, key, o.merchantNo, o.amount, o.currency)
+		req := client.CreateOrderRequest{MerchantOrderNo: o.merchantNo, Amount: o.amount, Currency: o.currency,
+			Description: "mockpay scenario"}
+		var a, b client.Attempt // the answers
+		v, err := r.m.CreateOrder(ctx, req, client.WithIdempotencyKey(key), client.OnAttempt(func(at client.Attempt) { a = at }))
 		if err != nil {
-			return err
-		}
-		if a.status != http.StatusCreated {
-			return fmt.Errorf("create order %s: %v", o.merchantNo, a)
-		}
-		var v Order
-		if err := json.Unmarshal(a.body, &v); err != nil || v.OrderNo == "" {
-			return fmt.Errorf("create order %s: unreadable answer %q", o.merchantNo, a.body)
+			return fmt.Errorf("create order %s: %w", o.merchantNo, err)
 		}
 		o.orderNo = v.OrderNo
 		r.mu.Lock()
@@ -37,15 +33,15 @@ func (r *scenarioRun) createOrders(ctx context.Context) error {
 		if !again[i] {
 			return nil
 		}
-		b, err := r.m.createOrder(ctx, key, o.merchantNo, o.amount, o.currency)
-		if err != nil {
+		_, err = r.m.CreateOrder(ctx, req, client.WithIdempotencyKey(key), client.OnAttempt(func(at client.Attempt) { b = at }))
+		if err != nil && !answered(err) {
 			return err
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if b.status != a.status || string(b.body) != string(a.body) || !b.replayed() {
-			r.anomaly("order %s: repeated create with key %s answered %v (replayed %v), first %v; bodies equal %v",
-				o.orderNo, key, b, b.replayed(), a, string(b.body) == string(a.body))
+		if b.StatusCode != a.StatusCode || string(b.Body) != string(a.Body) || !b.Replayed() {
+			r.anomaly("order %s: repeated create with key %s answered %d (replayed %v), first %d; bodies equal %v",
+				o.orderNo, key, b.StatusCode, b.Replayed(), a.StatusCode, string(b.Body) == string(a.Body))
 		} else {
 			r.rep.MerchantReplays++
 		}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
+
+	"github.com/paysvc/paysvc/client"
 )
 
 // pay delivers the payments: one batch through the sender, and, at the
@@ -62,21 +63,21 @@ func (r *scenarioRun) race(ctx context.Context, o *scenarioOrder) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-start
-		a, err := r.m.cancel(ctx, r.key("cancel", o.orderNo), o.orderNo)
+		_, err := r.m.CancelOrder(ctx, o.orderNo, client.WithIdempotencyKey(r.key("cancel", o.orderNo)))
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		switch {
-		case err != nil:
-			o.cancel = err.Error()
-		case a.status == http.StatusOK:
+		case err == nil:
 			o.cancel = "ok"
 			r.rep.CancelsOK++
-		case a.status == http.StatusConflict && a.code == "illegal_transition":
+		case client.HasCode(err, client.CodeIllegalTransition):
 			o.cancel = "refused"
 			r.rep.CancelsRefused++
+		case answered(err):
+			o.cancel = err.Error()
+			r.anomaly("order %s: cancel answered %v", o.orderNo, err)
 		default:
-			o.cancel = a.String()
-			r.anomaly("order %s: cancel answered %v", o.orderNo, a)
+			o.cancel = err.Error()
 		}
 	})
 	wg.Go(func() {

@@ -2,11 +2,11 @@ package mockpay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
+
+	"github.com/paysvc/paysvc/client"
 )
 
 // refund refunds some paid orders through the merchant API, then settles
@@ -47,14 +47,13 @@ func (r *scenarioRun) refund(ctx context.Context) error {
 		o := paid[i]
 		err := parallel(ctx, len(o.refunds), len(o.refunds), func(ctx context.Context, j int) error {
 			rf := o.refunds[j]
-			a, err := r.m.refund(ctx, r.key("refund", o.orderNo, fmt.Sprint(j+1)), o.orderNo, rf.amount)
-			if err != nil {
+			v, err := r.refundOf(ctx, o.orderNo, r.key("refund", o.orderNo, fmt.Sprint(j+1)), rf.amount)
+			if err != nil && !answered(err) {
 				return err
 			}
-			var v refundView
-			if a.status != http.StatusCreated || json.Unmarshal(a.body, &v) != nil || v.RefundNo == "" {
+			if err != nil || v.RefundNo == "" {
 				r.mu.Lock()
-				r.anomaly("order %s: refund of %d answered %v", o.orderNo, rf.amount, a)
+				r.anomaly("order %s: refund of %d answered %v", o.orderNo, rf.amount, err)
 				r.mu.Unlock()
 				return nil
 			}
@@ -68,16 +67,16 @@ func (r *scenarioRun) refund(ctx context.Context) error {
 			return err
 		}
 		// Everything is reserved now: one more unit must be refused.
-		a, err := r.m.refund(ctx, r.key("refund", o.orderNo, "over"), o.orderNo, 1)
-		if err != nil {
+		_, err = r.refundOf(ctx, o.orderNo, r.key("refund", o.orderNo, "over"), 1)
+		if err != nil && !answered(err) {
 			return err
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if a.status == http.StatusUnprocessableEntity && a.code == "refund_exceeds_amount" {
+		if client.HasCode(err, client.CodeRefundExceedsAmount) {
 			r.rep.RefundsRefused++
 		} else {
-			r.anomaly("order %s: a refund beyond the amount answered %v, want 422 refund_exceeds_amount", o.orderNo, a)
+			r.anomaly("order %s: a refund beyond the amount answered %v, want 422 refund_exceeds_amount", o.orderNo, err)
 		}
 		return nil
 	})

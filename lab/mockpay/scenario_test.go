@@ -100,7 +100,7 @@ func (f *fakePaysvc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(w, 503, "unavailable")
 			return
 		}
-		w.WriteHeader(200)
+		writeJSON(w, 200, map[string]string{"status": "ready"})
 		return
 	}
 	if n%13 == 0 { // the database hiccups; nothing is stored

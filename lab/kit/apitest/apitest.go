@@ -263,6 +263,30 @@ func (v *Validator) validate(req *http.Request, reqBody []byte, resp *http.Respo
 	return errs
 }
 
+// OperationID is the operationId of the document's operation that req
+// calls, "" for a request outside the document.
+func (v *Validator) OperationID(req *http.Request) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	route, _, err := v.router.FindRoute(req)
+	if err != nil {
+		return ""
+	}
+	return route.Operation.OperationID
+}
+
+// OperationIDs are the operationIds of every operation of the document.
+func (v *Validator) OperationIDs() []string {
+	var ids []string
+	for _, item := range v.doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			ids = append(ids, op.OperationID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // routerRoute stands for a request outside the document: only the given
 // component response is a correct answer.
 func (v *Validator) routerRoute(r *http.Request, status int, component string) *routers.Route {

@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -52,45 +54,77 @@ func New(t testing.TB) *DB {
 // NewEmpty is New without migrations.
 func NewEmpty(t testing.TB) *DB {
 	t.Helper()
+	d, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.drop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+// NewForMain is New for a TestMain, which has no testing.TB: it returns
+// the migrated database and the function that drops it, to be called
+// after m.Run.
+func NewForMain() (*DB, func() error, error) {
+	d, err := create()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrate.Up(d.Config); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("dbtest: migrate %s: %w", d.Name, err), d.drop())
+	}
+	return d, d.drop, nil
+}
+
+// create makes a database of a unique name and opens a pool to it.
+func create() (*DB, error) {
 	base, err := mysql.ParseDSN(ServerDSN())
 	if err != nil {
-		t.Fatalf("dbtest: PAYSVC_TEST_DSN: %v", err)
+		return nil, fmt.Errorf("dbtest: PAYSVC_TEST_DSN: %w", err)
 	}
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
 	base.DBName = "paysvc_t_" + hex.EncodeToString(suffix)
 	cfg, err := db.Config(base.FormatDSN())
 	if err != nil {
-		t.Fatalf("dbtest: %v", err)
+		return nil, fmt.Errorf("dbtest: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := db.EnsureDatabase(ctx, cfg); err != nil {
-		t.Fatalf("dbtest: cannot reach the test database server (is MariaDB running on %s?): %v", cfg.Addr, err)
+		return nil, fmt.Errorf("dbtest: cannot reach the test database server (is MariaDB running on %s?): %w", cfg.Addr, err)
 	}
-	t.Cleanup(func() { drop(t, cfg) })
 	gdb, err := db.Open(cfg)
 	if err != nil {
-		t.Fatalf("dbtest: %v", err)
+		return nil, errors.Join(fmt.Errorf("dbtest: %w", err), dropDatabase(cfg))
 	}
-	t.Cleanup(func() { _ = db.Close(gdb) })
-	return &DB{Gorm: gdb, Config: cfg, DSN: cfg.FormatDSN(), Name: cfg.DBName}
+	return &DB{Gorm: gdb, Config: cfg, DSN: cfg.FormatDSN(), Name: cfg.DBName}, nil
 }
 
-func drop(t testing.TB, cfg *mysql.Config) {
+// drop closes the pool and drops the database.
+func (d *DB) drop() error {
+	_ = db.Close(d.Gorm)
+	return dropDatabase(d.Config)
+}
+
+func dropDatabase(cfg *mysql.Config) error {
 	server := cfg.Clone()
 	server.DBName = ""
 	conn, err := sql.Open("mysql", server.FormatDSN())
 	if err != nil {
-		t.Errorf("dbtest: drop %s: %v", cfg.DBName, err)
-		return
+		return fmt.Errorf("dbtest: drop %s: %w", cfg.DBName, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db.QuoteIdent(cfg.DBName)); err != nil {
-		t.Errorf("dbtest: drop %s: %v", cfg.DBName, err)
+		return fmt.Errorf("dbtest: drop %s: %w", cfg.DBName, err)
 	}
+	return nil
 }
 
 // Count runs a COUNT(*) query and fails the test on error. The query goes

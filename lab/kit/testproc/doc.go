@@ -1,8 +1,9 @@
 // Package testproc is what the suites that run real processes
-// (lab/faultsuite, lab/galerasuite) share: starting a child that
-// cannot outlive the test binary, a child's environment free of the
-// caller's PAYSVC_* settings, and whether the binary under test was built
-// with the race detector (so that the servers it builds are too).
+// (lab/faultsuite, lab/galerasuite) share: building the binaries,
+// starting `paysvc serve` processes and reading their output, starting a
+// child that cannot outlive the test binary, a child's environment free of
+// the caller's PAYSVC_* settings, and whether the binary under test was
+// built with the race detector (so that the servers it builds are too).
 package testproc
 
 import (
