@@ -17,6 +17,7 @@ import (
 
 	"github.com/paysvc/paysvc/api"
 	"github.com/paysvc/paysvc/internal/callbacks"
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/merchants"
@@ -121,7 +122,7 @@ func New(d Deps) *gin.Engine {
 	}
 	timeout := d.RequestTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = config.Defaults().RequestTimeout
 	}
 	r.Use(requestID, s.accessLog, s.recovery, deadline(timeout))
 	r.NoRoute(func(c *gin.Context) { s.fail(c, ErrRouteNotFound) })
