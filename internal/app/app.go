@@ -176,7 +176,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	calls := newCallsRelay(cfg, registry, relayPool, gdb, paymentsSvc, log, now)
 	// One callback use case for every intake (HTTP, NATS).
 	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
-		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
+		TTL: cfg.CallbackTTL, Metrics: m, Log: log})
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
