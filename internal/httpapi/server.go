@@ -24,7 +24,6 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/validate"
@@ -60,9 +59,6 @@ type Deps struct {
 	// Callbacks is the callback use case shared with the NATS intake; when
 	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
-	// Precheck, if set, is the Redis pre-check in front of the engine
-	// (README.md, "Tokens and the Redis pre-check"); readiness never looks at it.
-	Precheck *precheck.Checker
 }
 
 type server struct {
@@ -74,8 +70,6 @@ type server struct {
 	auth    *merchants.Authenticator
 	ttl     time.Duration
 	reserve *gorm.DB
-
-	precheck *precheck.Checker
 
 	payments  *payments.Service
 	callbacks *callbacks.Handler
@@ -95,8 +89,6 @@ func New(d Deps) *gin.Engine {
 		auth:    d.Auth,
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
-
-		precheck: d.Precheck,
 
 		payments:  d.Payments,
 		callbacks: d.Callbacks,
@@ -189,29 +181,10 @@ func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.
 	}, obj, true
 }
 
-// idempotent runs fn through the engine and writes the answer. With the
-// Redis pre-check, a duplicate may be answered before the engine: its
-// stored response, written exactly as the engine's replay, or 409 in
-// flight; everything else goes to the engine, and what it answers is
-// cached for the next duplicate (package precheck).
+// idempotent runs fn through the engine (and its Redis pre-check, when
+// configured) and writes the answer.
 func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
-	ctx := c.Request.Context()
-	if s.precheck == nil {
-		res, err := s.engine.Do(ctx, req, fn)
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
-		return
-	}
-	a := s.precheck.Check(ctx, req)
-	switch {
-	case a.Response.Status != 0:
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{Response: a.Response, Outcome: idempotency.OutcomeReplayed}, nil)
-		return
-	case a.InFlight:
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{}, &idempotency.InFlightError{RetryAfter: time.Second})
-		return
-	}
-	res, err := s.engine.Do(ctx, req, fn)
-	s.precheck.After(ctx, a, req, res, err)
+	res, err := s.engine.Do(c.Request.Context(), req, fn)
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
 }
 
