@@ -101,9 +101,8 @@ type Outcome string
 
 // Outcomes of Do that return a response.
 const (
-	OutcomeFirst     Outcome = "first"
-	OutcomeReplayed  Outcome = "replayed"
-	OutcomeTakenOver Outcome = "taken_over"
+	OutcomeFirst    Outcome = "first"
+	OutcomeReplayed Outcome = "replayed"
 )
 
 // Result is the answer to a request.
@@ -388,10 +387,9 @@ const (
 // round tries to claim the key and, if another request has it, acts on its
 // record: 2 round trips for a replay (START TRANSACTION + INSERT → 1062;
 // ROLLBACK + SELECT). A probe round (a waiting duplicate's poll) reads the
-// record first and claims only if there is none: 1 statement per poll
-// while the holder runs, if the holder's record is committed (a take-over
-// candidate); a holder's claim is not committed, so a poll usually claims
-// and waits on the holder's row lock, for at most db.LockWaitTimeout.
+// record first and claims only if there is none; a holder's claim is not
+// committed, so a poll usually claims and waits on the holder's row lock,
+// for at most db.LockWaitTimeout.
 func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, probe bool, cs *conflicts) (Result, roundState, error) {
 	now := e.opts.Now().UTC()
 	if probe {
@@ -402,22 +400,21 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		case req.Token && (!found || !rec.expiresAt.After(now)):
 			return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrTokenInvalid)
 		case found && rec.status != statusIssued:
-			return e.decide(ctx, conn, req, id, fn, rec, now, cs)
+			return e.decide(ctx, conn, req, id, rec, now)
 		}
 	}
-	o := newOwner()
 	begin := beginClaim
 	if req.Token {
 		begin = beginTokenClaim
 	}
-	claim, err := begin(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
+	claim, err := begin(ctx, conn, req, id, now)
 	switch {
 	case err != nil:
 		// Whatever the INSERT did is undone with its transaction.
 		rollback(ctx, conn)
 		return Result{}, answered, err
 	case claim == claimWon:
-		res, st, err := e.execute(ctx, conn, req, id, o, OutcomeFirst, fn, cs)
+		res, st, err := e.execute(ctx, conn, req, id, fn, cs)
 		if !req.Token && res.Outcome == OutcomeFirst {
 			// A token's record keeps the expiry of its issue, which the
 			// UPDATE did not read: left unknown.
@@ -444,11 +441,11 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		// Rolled back or purged since our INSERT waited on it.
 		return Result{}, again, nil
 	}
-	return e.decide(ctx, conn, req, id, fn, rec, now, cs)
+	return e.decide(ctx, conn, req, id, rec, now)
 }
 
 // decide acts on the record another request committed for the key.
-func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, rec record, now time.Time, cs *conflicts) (Result, roundState, error) {
+func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, rec record, now time.Time) (Result, roundState, error) {
 	switch {
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
@@ -459,51 +456,15 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 			return Result{}, inFlight, nil
 		}
 		return Result{}, again, err
-	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
-		// Fall through to the take-over. The holder is presumed dead, and a
-		// dead holder stored nothing, so the key is bound to no request any
-		// more — whatever this one asks, as after a 5xx: the take-over
-		// rebinds the key to this request's fingerprint, which is why this
-		// is checked before the fingerprint.
 	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
 		return Result{Response: rec.response, Outcome: OutcomeReplayed, ExpiresAt: rec.expiresAt}, answered, nil
-	default:
-		return Result{}, inFlight, nil
 	}
-	// Take-over. A committed PROCESSING record is one this engine never
-	// leaves (its claim commits only with the response), but an engine
-	// that commits its claim first (docs/DESIGN.md, "The claim opens the
-	// business transaction") does, and a record whose lease ran
-	// out is one whose holder died: the database rolled its transaction
-	// back, and nothing of it committed, since its business rows commit
-	// only with its fence. beginTakeOver names the old owner and re-checks
-	// lease_until in its WHERE, so of concurrent takers exactly one matches
-	// and holds the row until it commits; the others go round again. An
-	// old-style slow holder that reaches its fence afterwards names its own
-	// owner, matches no row and rolls back.
-	//
-	// The window does not move: the take-over leaves expires_at as the
-	// first claim set it, so a key's window always counts from its first
-	// request, and a stuck key cannot keep itself alive by being taken
-	// over.
-	o := newOwner()
-	won, err := beginTakeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
-	if err != nil || !won {
-		rollback(ctx, conn)
-		if db.IsLockWaitTimeout(err) {
-			// Another taker holds the row and is running: in flight.
-			return Result{}, inFlight, nil
-		}
-		return Result{}, again, err
-	}
-	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	res, st, err := e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn, cs)
-	if res.Outcome != "" {
-		res.ExpiresAt = rec.expiresAt
-	}
-	return res, st, err
+	// A claim commits only with its response, so no other state is ever
+	// committed under a request's key; one that is (a row written by
+	// hand) is answered in flight, never run again.
+	return Result{}, inFlight, nil
 }
 
 // errFenceMissed: the response's UPDATE changed no row although this
@@ -513,13 +474,13 @@ var errFenceMissed = errors.New("BUG: the response did not fence the claim this 
 
 // execute runs fn in the transaction the claim opened on conn and commits
 // it with the stored response. It is bounded by the lease, so that a
-// holder stops before an engine that commits its claims could take it
-// over. Whatever fails rolls the transaction back, claim included: the key
+// holder that stalls cannot keep its key, and the duplicates waiting on
+// it, past that. Whatever fails rolls the transaction back, claim included: the key
 // is free again at once, with nothing to release. A conflict (1213
 // deadlock or Galera certification failure, 1205 lock wait timeout) rolled
 // everything back too; the round is run again, claim and all, after a
 // jittered backoff while the request's deadline leaves room.
-func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func, cs *conflicts) (Result, roundState, error) {
+func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, cs *conflicts) (Result, roundState, error) {
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
 	// If txCtx ends while fn stalls between statements, there is no
@@ -546,7 +507,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		if r.Status >= 500 {
 			return fmt.Errorf("business answered %d", r.Status)
 		}
-		if err := fence(txCtx, conn, e.codec, req, id, o, r); err != nil {
+		if err := fence(txCtx, conn, e.codec, req, id, r); err != nil {
 			return err
 		}
 		if e.opts.BeforeCommit != nil {
@@ -561,7 +522,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		return nil
 	}()
 	if err == nil {
-		return Result{Response: resp, Outcome: outcome}, answered, nil
+		return Result{Response: resp, Outcome: OutcomeFirst}, answered, nil
 	}
 	if !co.disarm() {
 		rollback(txCtx, conn)
@@ -576,7 +537,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 	if db.IsRetryable(err) && txCtx.Err() == nil && cs.pause(txCtx) {
 		return Result{}, again, nil
 	}
-	return e.failed(ctx, req, id, resp, outcome, cs.n+1, err)
+	return e.failed(ctx, req, id, resp, cs.n+1, err)
 }
 
 // cutoff closes a connection when a context ends, and keeps everyone else
@@ -686,7 +647,7 @@ func discard(conn *gorm.DB) {
 // failed settles a request whose transaction did not commit, or whose
 // COMMIT's answer was lost, and returns what the client gets. There is no
 // claim to release: it was part of the transaction.
-func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome, attempt int, err error) (Result, roundState, error) {
+func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Response, attempt int, err error) (Result, roundState, error) {
 	if resp.Status != 0 {
 		// Everything ran; only the batch of response and COMMIT failed,
 		// and a COMMIT whose connection dropped may have succeeded on the
@@ -695,7 +656,7 @@ func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Respo
 			res     Result
 			settled bool
 		)
-		e.cleanup(ctx, func(ctx context.Context) { res, settled = e.committedAnyway(ctx, req, id, resp, outcome) })
+		e.cleanup(ctx, func(ctx context.Context) { res, settled = e.committedAnyway(ctx, req, id, resp) })
 		if settled {
 			return res, answered, nil
 		}
@@ -710,11 +671,12 @@ func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Respo
 // was stored (this request's own response, unless another holder's
 // committed first), instead of a 5xx that would contradict the stored
 // outcome.
-func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome) (Result, bool) {
+func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response) (Result, bool) {
 	rec, found, err := load(ctx, e.reserve, e.codec, req, id, sqlLoadLocking)
 	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint.storedArray() {
 		return Result{}, false
 	}
+	outcome := OutcomeFirst
 	if rec.response.Status != resp.Status || !bytes.Equal(rec.response.Body, resp.Body) {
 		outcome = OutcomeReplayed
 	}

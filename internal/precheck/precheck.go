@@ -15,9 +15,8 @@
 // SHA-256 fingerprint:
 //
 //   - done: the response the engine returned, written only after the
-//     engine returned it, so after its COMMIT (a first execution, a
-//     take-over, or a replay read from MySQL, which refills a flushed
-//     cache). It lives at most until the MySQL record's window ends
+//     engine returned it, so after its COMMIT (a first execution, or
+//     a replay read from MySQL, which refills a flushed cache). It lives at most until the MySQL record's window ends
 //     (Result.ExpiresAt) and never longer than MaxCacheTTL, so it never
 //     replays a key that MySQL would treat as new. A request with another
 //     fingerprint is not answered from it (MySQL answers the 422).
