@@ -128,7 +128,7 @@ func TestDBConnectionKilled(t *testing.T) {
 					}
 				}
 			}
-			o := f.a.order()
+			o := f.a.Order()
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
@@ -172,10 +172,10 @@ func TestDBConnectionKilled(t *testing.T) {
 		switch {
 		case freshErrs[i] != nil:
 			t.Errorf("fresh create %d after the killer stopped: %v", i, freshErrs[i])
-		case !a.first():
+		case !a.First():
 			t.Errorf("fresh create %d after the killer stopped: %v, want 201 at the first attempt", i, a)
 		default:
-			o := a.order()
+			o := a.Order()
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}

@@ -124,10 +124,10 @@ func TestSIGKILLMidBurst(t *testing.T) {
 		}
 		count[f.state]++
 		if f.state == answered {
-			if !f.a.first() {
+			if !f.a.First() {
 				t.Errorf("key %s before the kill: %v, want a non-replayed 201", keyOf(k), f.a)
 			}
-			o := f.a.order()
+			o := f.a.Order()
 			answeredBefore[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
@@ -186,7 +186,7 @@ func TestSIGKILLMidBurst(t *testing.T) {
 			fail("retry of key %s: final answer %v, want 201", keyOf(k), f.a)
 			continue
 		}
-		o := f.a.order()
+		o := f.a.Order()
 		finalOrders[o.MerchantOrderNo] = o.OrderNo
 		if f.a.Replayed {
 			replayedFinals++

@@ -86,7 +86,7 @@ func TestMultiProcessStorm(t *testing.T) {
 				}
 				continue
 			}
-			if r.final.first() {
+			if r.final.First() {
 				firsts++
 			}
 			if want.Status == 0 {
@@ -105,7 +105,7 @@ func TestMultiProcessStorm(t *testing.T) {
 				t.Errorf("key %d: %d non-replayed 201s among its %d duplicates, want exactly 1", k, firsts, duplicates)
 			}
 		}
-		if o := want.order(); o.OrderNo != "" {
+		if o := want.Order(); o.OrderNo != "" {
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
