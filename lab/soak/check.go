@@ -438,6 +438,7 @@ func checkEvents(h *History) *Invariant {
 		}
 		if e.Delivery == 3 {
 			failed++
+			iv.violation("event %s (%s of %s): its delivery failed after every retry", e.ID, e.Type, e.OrderNo)
 		}
 	}
 	ids := map[string]bool{}
@@ -572,6 +573,9 @@ func checkNo500(h *History) *Invariant {
 	cb500 := int(h.Callbacks.ByStatus[500])
 	if cb500 > 0 {
 		iv.violation("provider callbacks answered 500 %d times", cb500)
+	}
+	if h.Server500 > 0 {
+		iv.violation("the instances' access logs show %d answers of 500", h.Server500)
 	}
 	for _, p := range h.Panics {
 		iv.violation("panic: %s", p)
