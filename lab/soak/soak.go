@@ -191,10 +191,10 @@ func (s *system) run(ctx context.Context, out io.Writer) (*Result, error) {
 	if err := s.start(ctx, rng); err != nil {
 		return nil, err
 	}
-	s.logf("all up: instances %v, provider %s, receiver %s, nats %s, redis %s", s.urls(), s.providerURL, s.receiverURL, s.natsURL, s.redisURL)
+	s.logf("all up: instances %v, database %s, provider %s, receiver %s, nats %s, redis %s", s.urls(), s.db.name(), s.providerURL, s.receiverURL, s.natsURL, s.redisURL)
 
 	s.started = time.Now()
-	t := newTraffic(s, s.cfg.Seed)
+	t := newTraffic(ctx, s, s.cfg.Seed)
 	n := newNemesis(s, rand.New(rand.NewPCG(s.cfg.Seed, 0xfa17)))
 	runCtx, cancel := context.WithTimeout(ctx, s.cfg.Duration)
 	defer cancel()

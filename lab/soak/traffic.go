@@ -25,6 +25,9 @@ const callDeadline = 2 * time.Minute
 type traffic struct {
 	s    *system
 	seed uint64
+	// abort ends everything at once (ctrl-C); the run's own context only
+	// stops new work, and calls under way finish.
+	abort context.Context
 
 	sender    *mockpay.Sender // payment callbacks over HTTP
 	publisher *mockpay.Publisher
@@ -44,7 +47,7 @@ type traffic struct {
 	nextID        atomic.Int64
 }
 
-func newTraffic(s *system, seed uint64) *traffic {
+func newTraffic(abort context.Context, s *system, seed uint64) *traffic {
 	secret, _ := webhooks.ParseSecret(secretText)
 	sender, err := mockpay.NewSender(mockpay.Config{
 		URL: "http://paysvc/v1/callbacks/mockpay", Secret: secret, Concurrency: 2,
@@ -54,7 +57,7 @@ func newTraffic(s *system, seed uint64) *traffic {
 	if err != nil {
 		panic(err) // the configuration above is valid
 	}
-	return &traffic{s: s, seed: seed, sender: sender, secret: secret, plans: map[string]int{}}
+	return &traffic{abort: abort, s: s, seed: seed, sender: sender, secret: secret, plans: map[string]int{}}
 }
 
 func (t *traffic) client(key string) *client.Client {
@@ -282,7 +285,7 @@ func (t *traffic) do(ctx context.Context, op *Op, key string, call func(ctx cont
 	op.Key = key
 	op.Start = time.Now()
 	var last client.Attempt
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callDeadline)
+	cctx, cancel := context.WithTimeout(t.abort, callDeadline)
 	defer cancel()
 	err := call(cctx, client.WithIdempotencyKey(key), client.OnAttempt(func(a client.Attempt) {
 		op.Attempts++
@@ -320,7 +323,7 @@ func (t *traffic) pay(ctx context.Context, rng *rand.Rand, order string, amount 
 // deliver sends one provider event at least once.
 func (t *traffic) deliver(ctx context.Context, rng *rand.Rand, ev mockpay.Event) {
 	d := t.sender.NewDelivery(ev)
-	bg := context.WithoutCancel(ctx)
+	bg := t.abort
 	viaNATS := t.publisher != nil && rng.Float64() < 0.3
 	if viaNATS {
 		if err := t.publish(bg, d); err == nil {
