@@ -593,8 +593,14 @@ func checkRevoked(h *History) *Invariant {
 	if h.RevokedAccepted > 0 {
 		iv.violation("%d of %d requests with the revoked key were not refused", h.RevokedAccepted, h.RevokedProbes)
 	}
+	unprobed := 0
+	if h.RevokedProbes == 0 {
+		unprobed = 1
+		iv.violation("the revoked key was never sent after its revocation: nothing was checked")
+	}
 	iv.count("probes after revocation", h.RevokedProbes, false)
 	iv.count("accepted", h.RevokedAccepted, true)
+	iv.count("never probed", unprobed, true)
 	return iv
 }
 

@@ -162,6 +162,7 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"an access log shows a 500", InvNo500, "500s in the access logs", func(h *History) { h.Server500 = 2 }},
 		{"an instance panicked", InvNo500, "panics", func(h *History) { h.Panics = []string{"the runtime says: panic: boom"} }},
 		{"a revoked key was accepted", InvRevoked, "accepted", func(h *History) { h.RevokedAccepted = 1 }},
+		{"the revoked key was never probed", InvRevoked, "never probed", func(h *History) { h.RevokedProbes = 0 }},
 		{"the system never went quiet", InvQuiet, "not settled", func(h *History) {
 			h.Quiet, h.Unsettled = false, "3 events pending delivery"
 		}},

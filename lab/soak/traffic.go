@@ -375,9 +375,19 @@ func (t *traffic) revoke(ctx context.Context) {
 		return
 	case <-time.After(t.s.cfg.Duration / 2):
 	}
-	out, err := t.s.paysvc(ctx, 0, "keys", "revoke", t.s.revokedID)
-	if err != nil {
+	// Through any node that answers: the nemesis may have killed one.
+	var err error
+	for i := 0; i < 30; i++ {
+		var out string
+		if out, err = t.s.paysvc(ctx, i%instances, "keys", "revoke", t.s.revokedID); err == nil {
+			break
+		}
 		t.s.logf("keys revoke %s: %v %s", t.s.revokedID, err, out)
+		if !sleepCtx(ctx, time.Second) {
+			return
+		}
+	}
+	if err != nil {
 		return
 	}
 	at := time.Now()
