@@ -10,7 +10,6 @@ import (
 
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -54,7 +53,7 @@ func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log 
 		return nil, err
 	}
 	n := events.NewNotifier(eps, now)
-	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody}, n.Notifies, now)
+	rec := events.NewRecorder(n.Notifies, now)
 	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
 		Timeout:  cfg.Timeout,
 		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
