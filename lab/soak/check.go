@@ -29,6 +29,9 @@ type History struct {
 	// instance's output; Panics the panics found there.
 	Server500 int
 	Panics    []string
+	// Exits are the instances' exits the nemesis did not cause (a serve
+	// that gave up at start, a crash).
+	Exits []string
 	// Revocation: the probes of the revoked key, sent after the grace the
 	// service has to refuse it everywhere, and their answers.
 	RevokedProbes   int
@@ -209,6 +212,7 @@ const (
 	InvReconcile    = "paysvc reconcile is clean"
 	InvNo500        = "no 500 was ever answered"
 	InvRevoked      = "a revoked key is refused"
+	InvAlive        = "no instance exited by itself"
 	InvQuiet        = "the system went quiet (no pending delivery or provider call)"
 )
 
@@ -229,6 +233,7 @@ func Check(h *History) []*Invariant {
 		checkReconcile(h),
 		checkNo500(h),
 		checkRevoked(h),
+		checkAlive(h),
 		checkQuiet(h),
 	}
 }
@@ -601,6 +606,15 @@ func checkRevoked(h *History) *Invariant {
 	iv.count("probes after revocation", h.RevokedProbes, false)
 	iv.count("accepted", h.RevokedAccepted, true)
 	iv.count("never probed", unprobed, true)
+	return iv
+}
+
+func checkAlive(h *History) *Invariant {
+	iv := &Invariant{Name: InvAlive}
+	for _, e := range h.Exits {
+		iv.violation("%s", e)
+	}
+	iv.count("exits", len(h.Exits), true)
 	return iv
 }
 

@@ -163,6 +163,9 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"an instance panicked", InvNo500, "panics", func(h *History) { h.Panics = []string{"the runtime says: panic: boom"} }},
 		{"a revoked key was accepted", InvRevoked, "accepted", func(h *History) { h.RevokedAccepted = 1 }},
 		{"the revoked key was never probed", InvRevoked, "never probed", func(h *History) { h.RevokedProbes = 0 }},
+		{"an instance exited by itself", InvAlive, "exits", func(h *History) {
+			h.Exits = []string{"serve-2 exited by itself: exit status 1"}
+		}},
 		{"the system never went quiet", InvQuiet, "not settled", func(h *History) {
 			h.Quiet, h.Unsettled = false, "3 events pending delivery"
 		}},

@@ -95,6 +95,9 @@ func (s *system) gather(ctx context.Context, t *traffic, h *History) error {
 	default:
 		return fmt.Errorf("paysvc reconcile: %w", err)
 	}
+	for _, p := range s.serves {
+		h.Exits = append(h.Exits, p.ownExits()...)
+	}
 	for i := range instances {
 		n, panics, err := scanServeLog(filepath.Join(s.dir, fmt.Sprintf("serve-%d.log", i+1)))
 		if err != nil {

@@ -102,11 +102,23 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		hold(ctx, n.between(2*time.Second, 7*time.Second))
 		s.proxies[i].Set(netproxy.Forward)
 	case FaultGalera:
+		// A machine lost: the node and the instance on it (instance N
+		// uses node N) die together and start again together, the
+		// instance while its node is still down or rejoining.
 		node := n.rng.IntN(s.db.nodes())
-		f.Target = fmt.Sprintf("galera node %d", node+1)
+		f.Target = fmt.Sprintf("galera node %d with %s", node+1, s.serves[node].name)
+		s.serves[node].stop(syscall.SIGKILL, 0)
 		if err = s.db.kill(bg, node); err == nil {
 			hold(ctx, n.between(2*time.Second, 8*time.Second))
-			err = s.db.start(bg, node)
+			started := make(chan error, 1)
+			go func() { started <- s.db.start(bg, node) }()
+			time.Sleep(n.between(0, 2*time.Second))
+			err = s.serves[node].start()
+			if serr := <-started; err == nil {
+				err = serr
+			}
+		} else {
+			_ = s.serves[node].start()
 		}
 	case FaultRedis:
 		f.Target = "redis-server"

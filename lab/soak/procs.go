@@ -33,6 +33,10 @@ type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *os.File
+	// stopping: the soak is ending the process; any other exit is the
+	// process's own, recorded in exits.
+	stopping bool
+	exits    []string
 }
 
 func newProc(name, logPath, path string, env []string, args ...string) *proc {
@@ -58,9 +62,15 @@ func (p *proc) start() error {
 		return fmt.Errorf("%s: start %s: %w", p.name, p.path, err)
 	}
 	done := make(chan struct{})
+	p.stopping = false
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		_ = f.Close()
+		p.mu.Lock()
+		if !p.stopping {
+			p.exits = append(p.exits, fmt.Sprintf("%s exited by itself: %v (log: %s)", p.name, err, p.logPath))
+		}
+		p.mu.Unlock()
 		close(done)
 	}()
 	p.cmd, p.done, p.log = cmd, done, f
@@ -98,6 +108,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.stopping = true
 	p.mu.Unlock()
 	if cmd == nil || closed(done) {
 		return
@@ -115,6 +126,13 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 	<-done
 }
 
+// ownExits are the exits the soak did not cause.
+func (p *proc) ownExits() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.exits...)
+}
+
 // pid is the running process's id, 0 if none.
 func (p *proc) pid() int {
 	p.mu.Lock()
@@ -123,16 +141,6 @@ func (p *proc) pid() int {
 		return 0
 	}
 	return p.cmd.Process.Pid
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // portFree reports whether nothing listens on the loopback port.

@@ -270,7 +270,7 @@ func (s *system) start(ctx context.Context, rng *rand.Rand) error {
 			return err
 		}
 		s.proxies[i] = p
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			return err
 		}
@@ -367,7 +367,7 @@ func (s *system) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -386,7 +386,7 @@ func (s *system) startRedis(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return err
 	}
