@@ -53,7 +53,7 @@ func (n *nemesis) run(ctx context.Context) {
 				return
 			}
 			n.inject(ctx, k)
-			if !sleepCtx(ctx, n.between(2*time.Second, 5*time.Second)) {
+			if !sleepCtx(ctx, n.between(time.Second, 3*time.Second)) {
 				return
 			}
 		}

@@ -444,7 +444,10 @@ func (t *traffic) rechecks(ctx context.Context) {
 			if err != nil {
 				a.Err = err.Error()
 			}
-			if !op.Final {
+			// A 401 (the key was revoked under the call) stored nothing:
+			// the retry with the merchant's valid key is its first run.
+			if !op.Final || op.Status == http.StatusUnauthorized {
+				op.Final = false
 				// The merchant's retry, after the run: this is its answer.
 				if last.StatusCode != 0 && last.StatusCode < 500 && last.Code() != client.CodeIdempotencyKeyInUse {
 					op.Final, op.Status, op.Code, op.Body, op.Replayed = true, last.StatusCode, last.Code(), last.Body, last.Replayed()
