@@ -38,38 +38,19 @@ func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
 // (docs/DESIGN.md, "Time literals are index range bounds"; db
 // TestTimeBoundsAreIndexRanges).
 func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
-	var jobs []outbox.Job
-	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		jobs = jobs[:0]
-		rows, err := tx.Statement.ConnPool.QueryContext(ctx,
-			`SELECT id, merchant_id, type, created_at, data, delivery, retries FROM events FORCE INDEX (idx_events_due)
-			  WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
-			now.UTC(), n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+	return outbox.ClaimRows(ctx, q.db, "events",
+		`SELECT id, merchant_id, type, created_at, data, delivery, retries FROM events FORCE INDEX (idx_events_due)
+		  WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`, []any{now.UTC(), n},
+		func(rows *sql.Rows) (outbox.Job, error) {
 			var (
 				e       Event
-				data    []byte
+				data    []byte // a []byte, which database/sql copies out of the driver's buffer
 				retries int
 			)
-			if err := rows.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data, &e.Delivery, &retries); err != nil {
-				return err
-			}
+			err := rows.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data, &e.Delivery, &retries)
 			e.CreatedAt, e.Data = e.CreatedAt.UTC(), data
-			jobs = append(jobs, outbox.Job{ID: e.ID, Retries: retries, Payload: e})
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return outbox.MarkClaimed(ctx, tx, "events", jobs, leaseEnd, token)
-	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
-	}
-	return jobs, nil
+			return outbox.Job{ID: e.ID, Retries: retries, Payload: e}, err
+		}, leaseEnd, token)
 }
 
 // maxErrorLen is the width of event_attempts.error.
