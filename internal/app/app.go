@@ -159,7 +159,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		closePre()
 		return nil, err
 	}
-	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
+	notify, err := newNotifications(cfg.Notify, cfg.Endpoints, relayPool, m, log, now)
 	var keys *keyring
 	if err == nil {
 		keys, err = openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
@@ -197,6 +197,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		WakeRelay:      notify.relay.Wake,
 		Callbacks:      cbs,
 		Precheck:       pre,
+		Endpoints:      notify.endpoints,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, precheck: pre, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,

@@ -9,9 +9,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/netguard"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -46,13 +48,23 @@ type notifications struct {
 	recorder *events.Recorder
 	relay    *outbox.Relay
 	pool     *gorm.DB
+	// endpoints is what the webhook endpoint routes need.
+	endpoints httpapi.EndpointDeps
 }
 
-func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*notifications, error) {
+func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*notifications, error) {
 	eps, err := Endpoints(cfg.Endpoints)
 	if err != nil {
 		return nil, err
 	}
+	keys, err := endpoints.NewKeyring(ecfg.SecretsKey, ecfg.SecretsKeyOld)
+	if err != nil {
+		return nil, err
+	}
+	if !keys.Ready() {
+		log.Warn("PAYSVC_SECRETS_KEY is not set: webhook endpoints cannot be created through the API, and those that exist are not delivered to")
+	}
+	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
 	n := events.NewNotifier(eps, now)
 	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody}, n.Notifies, now)
 	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
@@ -71,7 +83,8 @@ func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log 
 			}
 		},
 	})
-	return &notifications{recorder: rec, relay: relay, pool: pool}, nil
+	return &notifications{recorder: rec, relay: relay, pool: pool,
+		endpoints: httpapi.EndpointDeps{Keys: keys, Rule: rule, EventTTL: cfg.EventTTL}}, nil
 }
 
 // relayLoop runs the relay and refreshes the outbox gauges until ctx is

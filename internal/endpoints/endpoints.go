@@ -32,7 +32,7 @@ const (
 	MaxRotateOverlap = 7 * 24 * time.Hour
 	// DefaultRotateOverlap is how long it signs when the request says not.
 	DefaultRotateOverlap = 24 * time.Hour
-	maxDescription       = 255
+	MaxDescription       = 255
 	maxEnabledEvents     = 1024 // bytes of the stored filter
 )
 
@@ -144,7 +144,7 @@ type Input struct {
 
 // CheckDescription refuses a description the table cannot hold.
 func CheckDescription(s string) error {
-	if len([]rune(s)) > maxDescription {
+	if len([]rune(s)) > MaxDescription {
 		return validate.Invalid("description", "at most 255 characters")
 	}
 	return nil
@@ -452,23 +452,27 @@ func Rotate(ctx context.Context, tx *gorm.DB, keys *Keyring, merchantID, id stri
 	if _, err := db.Exec(ctx, tx, `DELETE FROM webhook_endpoint_secrets WHERE endpoint_id = ? AND expires_at <= ?`, id, now); err != nil {
 		return Endpoint{}, fmt.Errorf("erase expired secrets of %s: %w", id, err)
 	}
-	var signing int
-	if err := db.QueryRow(ctx, tx, `SELECT COUNT(*) FROM webhook_endpoint_secrets WHERE endpoint_id = ?`, id).Scan(&signing); err != nil {
+	// Counted before anything changes: a refusal is a business answer,
+	// and the engine commits the transaction that stores it.
+	var signing, current int
+	if err := db.QueryRow(ctx, tx, `SELECT COUNT(*), COUNT(*) - COUNT(expires_at) FROM webhook_endpoint_secrets WHERE endpoint_id = ?`,
+		id).Scan(&signing, &current); err != nil {
 		return Endpoint{}, fmt.Errorf("count secrets of %s: %w", id, err)
+	}
+	after := signing + 1
+	if overlap == 0 {
+		after -= current
+	}
+	if after > MaxSecrets {
+		return Endpoint{}, fmt.Errorf("endpoint %s would have %d secrets signing, at most %d are: %w", validate.Quote(id), after, MaxSecrets, ErrTooManySecrets)
 	}
 	if overlap == 0 {
 		if _, err := db.Exec(ctx, tx, `DELETE FROM webhook_endpoint_secrets WHERE endpoint_id = ? AND expires_at IS NULL`, id); err != nil {
 			return Endpoint{}, fmt.Errorf("erase the secret of %s: %w", id, err)
 		}
-		if err := db.QueryRow(ctx, tx, `SELECT COUNT(*) FROM webhook_endpoint_secrets WHERE endpoint_id = ?`, id).Scan(&signing); err != nil {
-			return Endpoint{}, fmt.Errorf("count secrets of %s: %w", id, err)
-		}
 	} else if _, err := db.Exec(ctx, tx, `UPDATE webhook_endpoint_secrets SET expires_at = ? WHERE endpoint_id = ? AND expires_at IS NULL`,
 		now.Add(overlap), id); err != nil {
 		return Endpoint{}, fmt.Errorf("expire the secret of %s: %w", id, err)
-	}
-	if signing+1 > MaxSecrets {
-		return Endpoint{}, fmt.Errorf("endpoint %s would have %d secrets signing, at most %d are: %w", id, signing+1, MaxSecrets, ErrTooManySecrets)
 	}
 	if err := addSecret(ctx, tx, keys, id, now); err != nil {
 		return Endpoint{}, err

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
@@ -34,6 +36,10 @@ type problemKind struct {
 	title  string
 }
 
+// publicDetail are the errors whose text is the detail even at 5xx: they
+// name the variable an operator must set, and nothing internal.
+var publicDetail = []error{endpoints.ErrNoSecretsKey}
+
 // problemKinds is the one place where errors become HTTP answers. The first
 // row whose error matches (errors.Is) wins; anything else is a 500.
 var problemKinds = []problemKind{
@@ -54,6 +60,10 @@ var problemKinds = []problemKind{
 	{payments.ErrRefundExists, http.StatusConflict, "refund_exists", "Refund already exists"},
 	{orders.ErrRefundExceedsAmount, http.StatusUnprocessableEntity, "refund_exceeds_amount", "Refund exceeds the refundable amount"},
 	{events.ErrNotFound, http.StatusNotFound, "event_not_found", "Event not found"},
+	{endpoints.ErrNotFound, http.StatusNotFound, "endpoint_not_found", "Webhook endpoint not found"},
+	{endpoints.ErrTooManyEnds, http.StatusConflict, "too_many_endpoints", "Too many webhook endpoints"},
+	{endpoints.ErrTooManySecrets, http.StatusConflict, "too_many_secrets", "Too many secrets signing"},
+	{endpoints.ErrNoSecretsKey, http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
 	{payments.ErrRetryLater, http.StatusConflict, "retry_later", "Event arrived before what it depends on; retry later"},
 	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
@@ -67,7 +77,9 @@ var internalKind = problemKind{status: http.StatusInternalServerError, code: "in
 func ProblemCodes() []string {
 	codes := make([]string, 0, len(problemKinds)+1)
 	for _, k := range problemKinds {
-		codes = append(codes, k.code)
+		if !slices.Contains(codes, k.code) {
+			codes = append(codes, k.code)
+		}
 	}
 	return append(codes, internalKind.code)
 }
@@ -104,7 +116,7 @@ const problemTypeBase = "urn:paysvc:problem:"
 func problemFor(err error) Problem {
 	k := kindOf(err)
 	detail := k.title
-	if k.status < 500 {
+	if k.status < 500 || slices.ContainsFunc(publicDetail, func(e error) bool { return errors.Is(err, e) }) {
 		// A business refusal that went through the engine: the client
 		// needs the business reason, not where the engine ran it.
 		var ee *idempotency.ExecError

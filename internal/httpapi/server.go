@@ -61,6 +61,8 @@ type Deps struct {
 	// Precheck, if set, is the Redis pre-check in front of the engine
 	// (README.md, "Tokens and the Redis pre-check"); readiness never looks at it.
 	Precheck *precheck.Checker
+	// Endpoints serves the webhook endpoint routes.
+	Endpoints EndpointDeps
 }
 
 type server struct {
@@ -80,6 +82,8 @@ type server struct {
 
 	now       func() time.Time
 	wakeRelay func()
+
+	endpoints EndpointDeps
 }
 
 // New builds the router.
@@ -101,6 +105,8 @@ func New(d Deps) *gin.Engine {
 
 		now:       d.Now,
 		wakeRelay: d.WakeRelay,
+
+		endpoints: d.Endpoints,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -144,6 +150,14 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
 	merchant.GET("/settlements", s.listSettlements)
 	merchant.POST("/idempotency-tokens", s.issueToken)
+	merchant.POST("/webhook_endpoints", s.createEndpoint)
+	merchant.GET("/webhook_endpoints", s.listEndpoints)
+	merchant.GET("/webhook_endpoints/:id", s.getEndpoint)
+	merchant.PATCH("/webhook_endpoints/:id", s.updateEndpoint)
+	merchant.DELETE("/webhook_endpoints/:id", s.deleteEndpoint)
+	merchant.GET("/webhook_endpoints/:id/secret", s.endpointSecret)
+	merchant.POST("/webhook_endpoints/:id/rotate_secret", s.rotateSecret)
+	merchant.POST("/webhook_endpoints/:id/recover", s.recoverEndpoint)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }
