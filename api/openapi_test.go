@@ -29,6 +29,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
@@ -320,16 +321,16 @@ func TestProblemCodesMatchCode(t *testing.T) {
 		}
 	}
 	inCode := map[string]bool{}
-	for _, c := range httpapi.ProblemCodes() {
+	for _, c := range problems.Codes() {
 		inCode[c] = true
 		if len(inSpec[c]) == 0 {
-			t.Errorf("code %q is answered by the service (httpapi.ProblemCodes) but no response of api/openapi.yaml lists it", c)
+			t.Errorf("code %q is answered by the service (problems.Codes) but no response of api/openapi.yaml lists it", c)
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(inSpec)) {
 		if !inCode[c] {
 			slices.Sort(inSpec[c])
-			t.Errorf("code %q is listed by api/openapi.yaml (%s) but httpapi.ProblemCodes does not have it", c, strings.Join(inSpec[c], ", "))
+			t.Errorf("code %q is listed by api/openapi.yaml (%s) but problems.Codes does not have it", c, strings.Join(inSpec[c], ", "))
 		}
 	}
 	// The root x-idempotency codes are codes too.
@@ -337,7 +338,7 @@ func TestProblemCodesMatchCode(t *testing.T) {
 	for _, k := range []string{"missing", "invalid", "in-flight", "conflict"} {
 		m, _ := x[k].(map[string]any)
 		if c, _ := m["code"].(string); !inCode[c] {
-			t.Errorf("x-idempotency.%s.code = %q is not a code of httpapi.ProblemCodes", k, c)
+			t.Errorf("x-idempotency.%s.code = %q is not a code of problems.Codes", k, c)
 		}
 	}
 }

@@ -227,7 +227,7 @@ func openDB(cfg config.Config) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	return db.Open(dbcfg)
+	return db.OpenPool(dbcfg, cfg.DBMaxConns)
 }
 
 func dbConfig(cfg config.Config) (*db.MySQLConfig, error) {

@@ -352,7 +352,7 @@ func TestRunMigrate(t *testing.T) {
 	}
 }
 
-// rtServe starts `paysvc serve` and returns its base URL, its logs and a
+// rtStartServe starts `paysvc serve` and returns its base URL, its logs and a
 // stop function that cancels the context and returns run's error.
 type rtServed struct {
 	base   string

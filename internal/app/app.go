@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -27,7 +28,6 @@ import (
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/providers/stdwebhooks"
 	stripeadapter "github.com/paysvc/paysvc/internal/providers/stripe"
@@ -56,8 +56,8 @@ type App struct {
 	// Callbacks applies provider events; the HTTP route and the NATS
 	// intake both call it.
 	Callbacks *callbacks.Handler
-	precheck  *precheck.Checker // nil without PAYSVC_REDIS_URL
-	keys      *keyring          // merchant authentication (keys.go)
+	keys      *keyring // merchant authentication (keys.go)
+	closers   closers  // what Open opened, closed by Close
 }
 
 // Options are assembly choices that are not configuration: test hooks.
@@ -88,8 +88,10 @@ type Options struct {
 
 // Open connects to the database (creating it if missing), migrates it
 // unless PAYSVC_AUTO_MIGRATE=false, refuses a schema older than the
-// binary needs (migrate.Check), and builds the service.
-func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) (*App, error) {
+// binary needs (migrate.Check), and builds the service. Every part it
+// opens pushes its close on one stack: a failure unwinds what was opened
+// so far, and Close unwinds all of it, in reverse order.
+func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) (_ *App, err error) {
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("PAYSVC_DSN: %w", err)
@@ -105,13 +107,22 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	if err := migrate.Check(dbcfg); err != nil {
 		return nil, err
 	}
-	gdb, err := db.OpenPool(dbcfg, cfg.DBMaxConns)
+	var stack closers
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, stack.close())
+		}
+	}()
+	gdb, err := openPool(&stack, dbcfg, cfg.DBMaxConns)
 	if err != nil {
 		return nil, err
 	}
-	reserve, err := db.OpenPool(dbcfg, reserveConns)
+	reserve, err := openPool(&stack, dbcfg, reserveConns)
 	if err != nil {
-		_ = db.Close(gdb)
+		return nil, err
+	}
+	relayPool, err := openPool(&stack, db.BackgroundConfig(dbcfg), relayConns)
+	if err != nil {
 		return nil, err
 	}
 	now := opts.Now
@@ -134,8 +145,6 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	})
 	registry, err := Providers(cfg, now)
 	if err != nil {
-		_ = db.Close(gdb)
-		_ = db.Close(reserve)
 		return nil, err
 	}
 	m := metrics.New()
@@ -143,34 +152,22 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	// another one that shares the Redis must never replay them.
 	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, opts.RedisOpTimeout, mode, m, log, now)
 	if err != nil {
-		_ = db.Close(gdb)
-		_ = db.Close(reserve)
 		return nil, err
 	}
-	closePre := func() {
-		if pre != nil {
-			_ = pre.Close()
-		}
-	}
-	relayPool, err := db.OpenPool(db.BackgroundConfig(dbcfg), relayConns)
-	if err != nil {
-		_ = db.Close(gdb)
-		_ = db.Close(reserve)
-		closePre()
-		return nil, err
+	if pre != nil {
+		stack.push(pre.Close)
 	}
 	notify, err := newNotifications(cfg.Notify, cfg.Endpoints, relayPool, m, log, now)
-	var keys *keyring
-	if err == nil {
-		keys, err = openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
-	}
 	if err != nil {
-		_ = db.Close(gdb)
-		_ = db.Close(reserve)
-		_ = db.Close(relayPool)
-		closePre()
 		return nil, err
 	}
+	// The keyring's loop writes through the request pool until it stops:
+	// pushed after the pool, it is closed before it.
+	keys, err := openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)
+	if err != nil {
+		return nil, err
+	}
+	stack.push(keys.close)
 	ordersSvc, paymentsSvc := orders.NewService(now, nil).WithTTL(cfg.Providers.OrderTTL), payments.NewService(now, opts.RefundNo, log)
 	if !opts.NoEvents {
 		ordersSvc.WithOutbox(notify.recorder)
@@ -179,7 +176,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	calls := newCallsRelay(cfg, registry, relayPool, gdb, paymentsSvc, log, now)
 	// One callback use case for every intake (HTTP, NATS).
 	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
-		TTL: cfg.CallbackTTL, Metrics: m, Log: log, Code: httpapi.ProblemCode})
+		TTL: cfg.CallbackTTL, Metrics: m, Log: log})
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -200,8 +197,33 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Endpoints:      notify.endpoints,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
-		Callbacks: cbs, precheck: pre, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
-		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry, keys: keys}, nil
+		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
+		noRelay: opts.NoRelay, orders: ordersSvc, providers: registry, keys: keys, closers: stack}, nil
+}
+
+// closers is a stack of the closes of what Open opened.
+type closers []func() error
+
+func (s *closers) push(close func() error) { *s = append(*s, close) }
+
+// close runs the closes last first, once, and joins their errors.
+func (s *closers) close() error {
+	var errs []error
+	for i := len(*s) - 1; i >= 0; i-- {
+		errs = append(errs, (*s)[i]())
+	}
+	*s = nil
+	return errors.Join(errs...)
+}
+
+// openPool opens a pool and pushes its close.
+func openPool(stack *closers, cfg *db.MySQLConfig, maxConns int) (*gorm.DB, error) {
+	gdb, err := db.OpenPool(cfg, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	stack.push(func() error { return db.Close(gdb) })
+	return gdb, nil
 }
 
 // reserveConns sizes the reserve pool: reading back a commit whose answer
@@ -297,17 +319,9 @@ func (a *App) consumeNATS(ctx context.Context) {
 	}
 }
 
-// Close releases the database pools.
-func (a *App) Close() error {
-	err := errors.Join(a.keys.close(), db.Close(a.DB), db.Close(a.Reserve))
-	if a.notify != nil {
-		err = errors.Join(err, db.Close(a.notify.pool))
-	}
-	if a.precheck != nil {
-		err = errors.Join(err, a.precheck.Close())
-	}
-	return err
-}
+// Close stops what Open started and releases what it opened, last
+// first: the key cache's loop, the Redis client, the database pools.
+func (a *App) Close() error { return a.closers.close() }
 
 // HTTP server timeouts (README.md, "Configuration"). A client gets
 // ReadHeaderTimeout to send its headers and ReadTimeout for the whole
@@ -401,30 +415,22 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limited) }()
-	purgeDone := make(chan struct{})
-	purgeCtx, stopPurge := context.WithCancel(ctx)
-	defer func() { stopPurge(); <-purgeDone }()
-	go func() { defer close(purgeDone); a.purgeLoop(purgeCtx) }()
+	// The loops stop with Serve. Events and provider calls still pending
+	// then stay due in their tables: another instance, or this one after
+	// a restart, delivers them.
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	defer func() { stopLoops(); loops.Wait() }()
+	loops.Go(func() { a.purgeLoop(loopCtx) })
+	loops.Go(func() { a.sweepLoop(loopCtx) })
 	if a.notify != nil && !a.noRelay {
-		// The relay stops with the purge loop. Events still pending then
-		// stay due in the table: another instance, or this one after a
-		// restart, delivers them.
-		relayDone := make(chan struct{})
-		defer func() { stopPurge(); <-relayDone }()
-		go func() { defer close(relayDone); a.relayLoop(purgeCtx) }()
+		loops.Go(func() { a.relayLoop(loopCtx) })
 	}
-	sweepDone := make(chan struct{})
-	defer func() { stopPurge(); <-sweepDone }()
-	go func() { defer close(sweepDone); a.sweepLoop(purgeCtx) }()
 	if a.calls != nil {
-		callsDone := make(chan struct{})
-		defer func() { stopPurge(); <-callsDone }()
-		go func() { defer close(callsDone); a.RunProviderCalls(purgeCtx) }()
+		loops.Go(func() { a.RunProviderCalls(loopCtx) })
 	}
 	if a.Config.NATSURL != "" {
-		natsDone := make(chan struct{})
-		defer func() { stopPurge(); <-natsDone }()
-		go func() { defer close(natsDone); a.consumeNATS(purgeCtx) }()
+		loops.Go(func() { a.consumeNATS(loopCtx) })
 	}
 	a.Log.Info("listening", "addr", ln.Addr().String(), "max_conns", maxConns)
 	select {

@@ -66,7 +66,7 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 	}
 	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
 	n := events.NewNotifier(eps, now)
-	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody}, n.Notifies, now)
+	rec := events.NewRecorder(n.Notifies, now)
 	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
 		Timeout:  cfg.Timeout,
 		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},

@@ -22,11 +22,12 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
 )
 
 // ErrUnknownProvider: no webhook adapter is configured for the provider.
-var ErrUnknownProvider = errors.New("unknown provider")
+var ErrUnknownProvider = providers.ErrUnknownProvider
 
 // ContentType is the content type of every stored callback response.
 const ContentType = "application/json"
@@ -57,9 +58,6 @@ type Deps struct {
 	TTL     time.Duration
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// Code names an error's contract code (httpapi.ProblemCode): the
-	// result label of paysvc_callbacks_total for a refused event.
-	Code func(error) string
 }
 
 // Handler applies provider events.
@@ -162,7 +160,7 @@ func (h *Handler) ApplyEvent(ctx context.Context, provider string, p providers.P
 	})
 	switch {
 	case err != nil:
-		h.count(provider, string(ev.Type), h.d.Code(err))
+		h.count(provider, string(ev.Type), problems.Code(err))
 	case res.Replayed():
 		h.count(provider, string(ev.Type), string(StoredResult(res.Response)))
 	default:

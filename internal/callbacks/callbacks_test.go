@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/payments"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/providers/stdwebhooks"
 	"github.com/paysvc/paysvc/internal/validate"
@@ -57,7 +57,7 @@ func TestApply(t *testing.T) {
 		Engine:    idempotency.New(d.Gorm, idempotency.Options{}),
 		Payments:  payments.NewService(time.Now, nil, log),
 		Providers: providers.NewRegistry(map[string]providers.Inbound{"mockpay": inbound}, nil),
-		TTL:       time.Hour, Metrics: m, Log: log, Code: httpapi.ProblemCode,
+		TTL:       time.Hour, Metrics: m, Log: log,
 	})
 	ctx := context.Background()
 	body := []byte(`{"type":"payment.succeeded","data":{"order_no":"ord_none","txn_id":"t1","amount":1,"currency":"EUR"}}`)
@@ -79,7 +79,7 @@ func TestApply(t *testing.T) {
 	if err != nil || !out.Unhandled || string(out.Result.Response.Body) != `{"result":"unhandled"}` || count("mockpay", "other", "unhandled") != 1 {
 		t.Errorf("unhandled: %+v, %v", out, err)
 	}
-	if _, err := h.Apply(ctx, "mockpay", signed(t, body), body); httpapi.ProblemCode(err) != "order_not_found" || count("mockpay", "payment.succeeded", "order_not_found") != 1 {
+	if _, err := h.Apply(ctx, "mockpay", signed(t, body), body); problems.Code(err) != "order_not_found" || count("mockpay", "payment.succeeded", "order_not_found") != 1 {
 		t.Errorf("unknown order: %v", err)
 	}
 	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records`); n != 0 {

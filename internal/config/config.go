@@ -118,11 +118,14 @@ func Defaults() Config {
 		AutoMigrate:      true,
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         slog.LevelInfo,
-		DBMaxConns:       32,
-		RequestTimeout:   10 * time.Second,
-		Notify:           defaultNotify(),
-		Providers:        defaultProviders(),
-		Endpoints:        defaultEndpoints(),
+		// Enough connections to keep both cores busy while some wait on
+		// the network, few enough that a burst queues in Go, bounded by
+		// each request's deadline, instead of in InnoDB.
+		DBMaxConns:     32,
+		RequestTimeout: 10 * time.Second,
+		Notify:         defaultNotify(),
+		Providers:      defaultProviders(),
+		Endpoints:      defaultEndpoints(),
 	}
 }
 

@@ -39,12 +39,6 @@ const LockWaitTimeout = 1
 // before the server would drop them (ConnMaxIdleTime).
 const SessionIdleTimeout = time.Minute
 
-// DefaultMaxConns is the pool size when none is configured
-// (PAYSVC_DB_MAX_CONNS): enough connections to keep both cores busy while
-// some wait on the network, few enough that a burst queues in Go, bounded
-// by each request's deadline, instead of in InnoDB.
-const DefaultMaxConns = 32
-
 // MySQLConfig is the driver configuration Config returns.
 type MySQLConfig = mysql.Config
 
@@ -137,10 +131,6 @@ func BackgroundConfig(cfg *mysql.Config) *mysql.Config {
 	return c
 }
 
-// Open returns a gorm handle over a pool of DefaultMaxConns connections to
-// cfg's database; see OpenPool.
-func Open(cfg *mysql.Config) (*gorm.DB, error) { return OpenPool(cfg, DefaultMaxConns) }
-
 // OpenPool returns a gorm handle over a pool of at most maxConns connections
 // to cfg's database.
 //
@@ -152,7 +142,7 @@ func Open(cfg *mysql.Config) (*gorm.DB, error) { return OpenPool(cfg, DefaultMax
 // implicit BEGIN/COMMIT around single statements would add two round trips.
 func OpenPool(cfg *mysql.Config, maxConns int) (*gorm.DB, error) {
 	if maxConns <= 0 {
-		maxConns = DefaultMaxConns
+		return nil, fmt.Errorf("open %s: a pool needs at least one connection, not %d", cfg.DBName, maxConns)
 	}
 	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{
 		DSNConfig:            cfg,

@@ -11,7 +11,6 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/paysvc/paysvc/internal/documents"
 )
 
 // Types of events.
@@ -133,12 +134,6 @@ type Attempt struct {
 	Duration   time.Duration
 }
 
-// timeFormat is the API's: RFC 3339 in UTC with fixed microseconds.
-const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-// FormatTime writes t as the API writes times.
-func FormatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
-
 // envelope is the wire form of an event; field order is the wire order.
 type envelope struct {
 	ID        string          `json:"id"`
@@ -150,19 +145,7 @@ type envelope struct {
 // Body is the event as the merchant receives it, both as the body of a
 // delivery and in the events API: {"id", "type", "created_at", "data"}.
 func (e Event) Body() []byte {
-	return marshal(envelope{ID: e.ID, Type: e.Type, CreatedAt: FormatTime(e.CreatedAt), Data: e.Data})
-}
-
-// marshal encodes v as compact JSON without HTML escaping, as the API does.
-// Only types built here are passed, so it cannot fail.
-func marshal(v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		panic("events: marshal " + err.Error())
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return documents.Marshal(envelope{ID: e.ID, Type: e.Type, CreatedAt: documents.FormatTime(e.CreatedAt), Data: e.Data})
 }
 
 // IDTime is when the event id was made (its ULID's millisecond); the zero

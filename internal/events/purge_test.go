@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
@@ -22,7 +21,7 @@ func TestPurgeEvents(t *testing.T) {
 	now := time.Now().UTC()
 	write := func(at time.Time, n int) {
 		t.Helper()
-		rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
+		rec := events.NewRecorder(
 			func(string) bool { return false }, func() time.Time { return at })
 		for range n {
 			o := orders.Order{OrderNo: "ord_purge", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,
@@ -130,7 +129,7 @@ func TestPurgeKeepsPendingEvents(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	old := now.Add(-721 * time.Hour)
-	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
+	rec := events.NewRecorder(
 		func(string) bool { return true }, func() time.Time { return old })
 	for range 4 {
 		o := orders.Order{OrderNo: "ord_pending", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,

@@ -10,23 +10,14 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
 )
 
-// Encoders render the objects an event carries exactly as the API renders
-// them: data.order is "the order object as GET would return it". The HTTP
-// layer owns those encodings; the wiring passes them in (package httpapi
-// imports this one, so this one cannot import it).
-type Encoders struct {
-	Order  func(orders.Order) []byte
-	Refund func(payments.Refund) []byte
-}
-
 // Recorder writes events in the transaction it is given. It implements
 // orders.Outbox and payments.Outbox. Safe for concurrent use.
 type Recorder struct {
-	enc Encoders
 	now func() time.Time
 	// notified reports whether a merchant has an endpoint: its events are
 	// written pending, the others with delivery "none".
@@ -36,14 +27,14 @@ type Recorder struct {
 
 // NewRecorder returns a Recorder. notified may be nil (no merchant has an
 // endpoint); now nil means time.Now.
-func NewRecorder(enc Encoders, notified func(merchantID string) bool, now func() time.Time) *Recorder {
+func NewRecorder(notified func(merchantID string) bool, now func() time.Time) *Recorder {
 	if now == nil {
 		now = time.Now
 	}
 	if notified == nil {
 		notified = func(string) bool { return false }
 	}
-	return &Recorder{enc: enc, now: now, notified: notified, newID: NewIDAt}
+	return &Recorder{now: now, notified: notified, newID: NewIDAt}
 }
 
 // data is the "data" object of an event; absent parts are left out.
@@ -81,19 +72,19 @@ type paymentJSON struct {
 
 // OrderClosed records order.closed.
 func (r *Recorder) OrderClosed(ctx context.Context, tx *gorm.DB, o orders.Order, reason string) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: r.enc.Order(o), Reason: reason}}})
+	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: documents.Order(o), Reason: reason}}})
 }
 
 // OrderPaid records order.paid; o is the order as the transaction has
 // just made it (read back with its UPDATE).
 func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, o orders.Order) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: r.enc.Order(o)}}})
+	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: documents.Order(o)}}})
 }
 
 // RefundSettled records refund.succeeded and order.partially_refunded or
 // order.refunded, or refund.failed.
 func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Order, rf payments.Refund) error {
-	d := data{Order: r.enc.Order(o), Refund: r.enc.Refund(rf)}
+	d := data{Order: documents.Order(o), Refund: documents.Refund(rf)}
 	evs := []typed{{RefundFailed, d}}
 	if rf.Status == payments.RefundSucceededStatus {
 		orderType := OrderPartiallyRefunded
@@ -108,26 +99,26 @@ func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Orde
 // PaymentFlagged records payment.flagged; data.refund is the automatic
 // refund when one was decided (README.md, "Calls to providers").
 func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, flaggedData(r.enc.Order(o), p)}})
+	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, flaggedData(documents.Order(o), p)}})
 }
 
 // PaymentRefunded records payment.refunded: a flagged payment's automatic
 // refund settled.
 func (r *Recorder) PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentRefunded, flaggedData(r.enc.Order(o), p)}})
+	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentRefunded, flaggedData(documents.Order(o), p)}})
 }
 
 // RefundMismatched records refund.mismatched: the provider reported rf
 // settled with another amount or currency.
 func (r *Recorder) RefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, rf payments.Refund, rep payments.Reported) error {
 	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched,
-		data{Order: r.enc.Order(o), Refund: r.enc.Refund(rf), Reported: reportedOf(rep)}}})
+		data{Order: documents.Order(o), Refund: documents.Refund(rf), Reported: reportedOf(rep)}}})
 }
 
 // AutoRefundMismatched records refund.mismatched for the automatic refund
 // of a flagged payment.
 func (r *Recorder) AutoRefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment, rep payments.Reported) error {
-	d := flaggedData(r.enc.Order(o), p)
+	d := flaggedData(documents.Order(o), p)
 	d.Reported = reportedOf(rep)
 	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched, d}})
 }
@@ -144,7 +135,7 @@ func flaggedData(order json.RawMessage, p payments.FlaggedPayment) data {
 	d := data{Order: order, Payment: &paymentJSON{Provider: p.Provider, TxnID: p.TxnID,
 		Amount: p.Amount, Currency: p.Currency, Result: p.Result}}
 	if p.RefundNo != "" {
-		d.Refund = marshal(autoRefundJSON{RefundNo: p.RefundNo, Amount: p.Amount, Currency: p.Currency, Status: p.RefundStatus})
+		d.Refund = documents.Marshal(autoRefundJSON{RefundNo: p.RefundNo, Amount: p.Amount, Currency: p.Currency, Status: p.RefundStatus})
 	}
 	return d
 }
@@ -166,7 +157,7 @@ func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, e
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(evs)), ", ")
 	args := make([]any, 0, 7*len(evs))
 	for _, e := range evs {
-		args = append(args, r.newID(at), merchantID, e.typ, at, marshal(e.data), delivery, next)
+		args = append(args, r.newID(at), merchantID, e.typ, at, documents.Marshal(e.data), delivery, next)
 	}
 	if _, err := db.Exec(ctx, tx, q, args...); err != nil {
 		return fmt.Errorf("insert %s event: %w", evs[0].typ, err)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -140,7 +139,7 @@ func endpoint(t testing.TB, url string) map[string]events.Endpoint {
 // record writes n order.closed events of distinct orders, pending.
 func record(t testing.TB, d *dbtest.DB, n int) []string {
 	t.Helper()
-	rec := events.NewRecorder(events.Encoders{Order: httpapi.OrderBody, Refund: httpapi.RefundBody},
+	rec := events.NewRecorder(
 		func(string) bool { return true }, nil)
 	ctx := context.Background()
 	for i := range n {

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/paysvc/paysvc/internal/canonjson"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
@@ -22,27 +23,27 @@ const bodyKey = "paysvc.body"
 // 415 type. It keeps the body for the later steps (signature, fingerprint).
 func readBody(c *gin.Context) {
 	if c.Request.ContentLength > MaxBody {
-		abortProblem(c, fmt.Errorf("%w: Content-Length %d", ErrBodyTooLarge, c.Request.ContentLength))
+		abortProblem(c, fmt.Errorf("%w: Content-Length %d", problems.ErrBodyTooLarge, c.Request.ContentLength))
 		return
 	}
 	b, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxBody+1))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			abortProblem(c, ErrBodyTooLarge)
+			abortProblem(c, problems.ErrBodyTooLarge)
 			return
 		}
 		abortProblem(c, validate.Invalid("", "body could not be read"))
 		return
 	}
 	if len(b) > MaxBody {
-		abortProblem(c, ErrBodyTooLarge)
+		abortProblem(c, problems.ErrBodyTooLarge)
 		return
 	}
 	if len(b) > 0 {
 		mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 		if err != nil || mt != "application/json" {
-			abortProblem(c, fmt.Errorf("%w, got %s", ErrUnsupportedMediaType, validate.Quote(c.GetHeader("Content-Type"))))
+			abortProblem(c, fmt.Errorf("%w, got %s", problems.ErrUnsupportedMediaType, validate.Quote(c.GetHeader("Content-Type"))))
 			return
 		}
 	}

@@ -2,12 +2,7 @@ package httpapi
 
 import (
 	"github.com/gin-gonic/gin"
-
-	"github.com/paysvc/paysvc/internal/callbacks"
 )
-
-// ErrUnknownProvider: no webhook secret is configured for the provider.
-var ErrUnknownProvider = callbacks.ErrUnknownProvider
 
 // POST /v1/callbacks/{provider}. Size and type were checked by readBody;
 // everything else — signature (401), event (400), the idempotency engine
@@ -22,7 +17,3 @@ func (s *server) callback(c *gin.Context) {
 	}
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), out.Result, err)
 }
-
-// ProblemCode is the contract code an error answers with: the callbacks use
-// case labels refused events with it, whatever carried them.
-func ProblemCode(err error) string { return problemFor(err).Code }

@@ -9,18 +9,11 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
-	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/validate"
 )
-
-// RefundBody is the JSON of a refund exactly as the service sends it;
-// events carry the same bytes (data.refund).
-func RefundBody(r payments.Refund) []byte {
-	return marshal(refundJSON{RefundNo: r.RefundNo, OrderNo: r.OrderNo, MerchantRefundNo: r.MerchantRefundNo,
-		Amount: r.Amount, Status: r.Status, CreatedAt: formatTime(r.CreatedAt)})
-}
 
 // eventJSON is the wire form of an event; field order is the wire order.
 type eventJSON struct {
@@ -47,7 +40,7 @@ type attemptJSON struct {
 }
 
 func eventView(e events.Event) eventJSON {
-	return eventJSON{ID: e.ID, Type: e.Type, CreatedAt: formatTime(e.CreatedAt), Data: e.Data}
+	return eventJSON{ID: e.ID, Type: e.Type, CreatedAt: documents.FormatTime(e.CreatedAt), Data: e.Data}
 }
 
 // eventWithDelivery reads the event's latest attempts and renders both:
@@ -60,13 +53,13 @@ func (s *server) eventWithDelivery(ctx context.Context, gdb *gorm.DB, e events.E
 	}
 	v := eventView(e)
 	v.Delivery = &deliveryJSON{Status: e.Delivery.String(), AttemptCount: total, Attempts: attemptViews(attempts)}
-	return marshal(v), nil
+	return documents.Marshal(v), nil
 }
 
 func attemptViews(attempts []events.Attempt) []attemptJSON {
 	out := make([]attemptJSON, len(attempts))
 	for i, a := range attempts {
-		aj := attemptJSON{At: formatTime(a.At), Error: a.Error, DurationMS: a.Duration.Milliseconds()}
+		aj := attemptJSON{At: documents.FormatTime(a.At), Error: a.Error, DurationMS: a.Duration.Milliseconds()}
 		if a.StatusCode != 0 {
 			code := a.StatusCode
 			aj.StatusCode = &code
@@ -97,7 +90,7 @@ func (s *server) listEvents(c *gin.Context) {
 	for i, e := range evs {
 		out.Data[i] = eventView(e)
 	}
-	c.Data(200, contentTypeJSON, marshal(out))
+	c.Data(200, contentTypeJSON, documents.Marshal(out))
 }
 
 // listParams reads after (an event id; the page starts after it, whether
@@ -172,7 +165,7 @@ func (s *server) listAttempts(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.Data(200, contentTypeJSON, marshal(attemptListJSON{Data: attemptViews(attempts), HasMore: more}))
+	c.Data(200, contentTypeJSON, documents.Marshal(attemptListJSON{Data: attemptViews(attempts), HasMore: more}))
 }
 
 // GET /v1/events/{id}: the event, then its latest attempts = 2 SELECTs.

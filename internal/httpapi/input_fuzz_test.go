@@ -15,6 +15,7 @@ import (
 	"github.com/paysvc/paysvc/internal/canonjson"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/problems"
 )
 
 // FuzzListParams: the events API's after and limit (api/openapi.yaml). Any
@@ -36,8 +37,8 @@ func FuzzListParams(f *testing.F) {
 		c.Request = &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/v1/events", RawQuery: raw}}
 		after, limit, err := listParams(c)
 		if err != nil {
-			if k := kindOf(err); k.status != http.StatusBadRequest || k.code != "invalid_request" {
-				t.Fatalf("query %q: %v is %d %s, want 400 invalid_request", raw, err, k.status, k.code)
+			if k := problems.Of(err); k.Status != http.StatusBadRequest || k.Code != "invalid_request" {
+				t.Fatalf("query %q: %v is %d %s, want 400 invalid_request", raw, err, k.Status, k.Code)
 			}
 			return
 		}
@@ -70,8 +71,8 @@ func FuzzParseObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		obj, canon, err := parseObject(body, false)
 		if err != nil {
-			if k := kindOf(err); k.status != http.StatusBadRequest {
-				t.Fatalf("body %q: %v is %d, want 400", body, err, k.status)
+			if k := problems.Of(err); k.Status != http.StatusBadRequest {
+				t.Fatalf("body %q: %v is %d, want 400", body, err, k.Status)
 			}
 			return
 		}
@@ -93,7 +94,7 @@ func FuzzParseObject(f *testing.F) {
 		if fp2 := idempotency.RequestFingerprint(http.MethodPost, "/v1/orders", canon2); fp2 != fp {
 			t.Fatalf("same object, two fingerprints:\n%s\n%s", canon, canon2)
 		}
-		if _, err := decodeCreate(obj); err != nil && kindOf(err).status != http.StatusBadRequest {
+		if _, err := decodeCreate(obj); err != nil && problems.Of(err).Status != http.StatusBadRequest {
 			t.Fatalf("decodeCreate(%q): %v is not a 400", body, err)
 		}
 		if in, err := decodeCreate(obj); err == nil {

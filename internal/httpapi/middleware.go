@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
@@ -143,7 +144,7 @@ func (s *server) authenticate(c *gin.Context) {
 	}
 	if merchant == "" {
 		c.Header("WWW-Authenticate", `Bearer realm="paysvc"`)
-		s.fail(c, ErrUnauthorized)
+		s.fail(c, problems.ErrUnauthorized)
 		return
 	}
 	c.Set(merchantKey, merchant)

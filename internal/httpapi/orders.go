@@ -2,69 +2,19 @@ package httpapi
 
 import (
 	"context"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/validate"
 )
 
-// orderJSON is the wire form of an order; field order is the wire order and
-// every field is always present.
-type orderJSON struct {
-	OrderNo             string  `json:"order_no"`
-	MerchantOrderNo     string  `json:"merchant_order_no"`
-	Status              string  `json:"status"`
-	Amount              int64   `json:"amount"`
-	Currency            string  `json:"currency"`
-	RefundedAmount      int64   `json:"refunded_amount"`
-	PendingRefundAmount int64   `json:"pending_refund_amount"`
-	Description         string  `json:"description"`
-	CreatedAt           string  `json:"created_at"`
-	PaidAt              *string `json:"paid_at"`
-	Version             int64   `json:"version"`
-	ExpiresAt           *string `json:"expires_at"`
-}
-
-// timeFormat is RFC 3339 in UTC with fixed microseconds, the precision the
-// database keeps, so a time reads back exactly as it was first returned.
-const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
-
-func orderView(o orders.Order) orderJSON {
-	v := orderJSON{
-		OrderNo:             o.OrderNo,
-		MerchantOrderNo:     o.MerchantOrderNo,
-		Status:              string(o.Status),
-		Amount:              o.Amount,
-		Currency:            o.Currency,
-		RefundedAmount:      o.RefundedAmount,
-		PendingRefundAmount: o.PendingRefundAmount,
-		Description:         o.Description,
-		CreatedAt:           formatTime(o.CreatedAt),
-		Version:             o.Version,
-	}
-	if o.PaidAt != nil {
-		s := formatTime(*o.PaidAt)
-		v.PaidAt = &s
-	}
-	if o.ExpiresAt != nil {
-		s := formatTime(*o.ExpiresAt)
-		v.ExpiresAt = &s
-	}
-	return v
-}
-
-// OrderBody is the JSON of an order exactly as the service sends and
-// stores it; the benchmarks store the same bytes.
-func OrderBody(o orders.Order) []byte { return marshal(orderView(o)) }
-
 func orderResponse(status int, o orders.Order, location string) idempotency.Response {
-	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: OrderBody(o)}
+	return idempotency.Response{Status: status, ContentType: contentTypeJSON, Location: location, Body: documents.Order(o)}
 }
 
 // Limits of the order fields (README.md, "Orders and refunds").
@@ -93,7 +43,7 @@ func businessResponse(resp idempotency.Response, err error) (idempotency.Respons
 	if err == nil {
 		return resp, nil
 	}
-	if k := kindOf(err); k.status < 500 {
+	if k := problems.Of(err); k.Status < 500 {
 		return problemResponse(err), nil
 	}
 	return idempotency.Response{}, err

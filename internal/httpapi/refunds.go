@@ -6,6 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/validate"
@@ -16,16 +17,6 @@ const (
 	MaxRefundReason     = 255
 	MaxMerchantRefundNo = 64
 )
-
-// refundJSON is the wire form of a refund.
-type refundJSON struct {
-	RefundNo         string `json:"refund_no"`
-	OrderNo          string `json:"order_no"`
-	MerchantRefundNo string `json:"merchant_refund_no"`
-	Amount           int64  `json:"amount"`
-	Status           string `json:"status"`
-	CreatedAt        string `json:"created_at"`
-}
 
 // POST /v1/orders/{order_no}/refunds. First request: claim, BEGIN, order
 // locking read, refund INSERT, guarded order UPDATE, fence, COMMIT = 7
@@ -53,7 +44,7 @@ func (s *server) createRefund(c *gin.Context) {
 		return businessResponse(idempotency.Response{
 			Status:      201,
 			ContentType: contentTypeJSON,
-			Body:        RefundBody(r),
+			Body:        documents.Refund(r),
 		}, err)
 	})
 }

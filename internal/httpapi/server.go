@@ -17,6 +17,7 @@ import (
 
 	"github.com/paysvc/paysvc/api"
 	"github.com/paysvc/paysvc/internal/callbacks"
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/merchants"
@@ -24,6 +25,7 @@ import (
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/precheck"
+	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/validate"
 )
@@ -116,7 +118,7 @@ func New(d Deps) *gin.Engine {
 	}
 	if s.callbacks == nil {
 		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Providers: d.Providers,
-			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger, Code: ProblemCode})
+			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger})
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -127,11 +129,11 @@ func New(d Deps) *gin.Engine {
 	}
 	timeout := d.RequestTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = config.Defaults().RequestTimeout
 	}
 	r.Use(requestID, s.accessLog, s.recovery, deadline(timeout))
-	r.NoRoute(func(c *gin.Context) { s.fail(c, ErrRouteNotFound) })
-	r.NoMethod(func(c *gin.Context) { s.fail(c, ErrMethodNotAllowed) })
+	r.NoRoute(func(c *gin.Context) { s.fail(c, problems.ErrRouteNotFound) })
+	r.NoMethod(func(c *gin.Context) { s.fail(c, problems.ErrMethodNotAllowed) })
 
 	r.GET("/healthz", func(c *gin.Context) { c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ok"}`)) })
 	r.GET("/openapi.yaml", func(c *gin.Context) { c.Data(http.StatusOK, api.ContentType, api.Spec) })
@@ -167,7 +169,7 @@ func (s *server) readyz(c *gin.Context) {
 	defer cancel()
 	if err := db.Ping(ctx, s.reserve); err != nil {
 		s.log.WarnContext(ctx, "readiness check failed", "err", err)
-		s.fail(c, ErrUnavailable)
+		s.fail(c, db.ErrUnavailable)
 		return
 	}
 	c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ready"}`))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/internal/validate"
 )
@@ -32,7 +33,7 @@ func (s *server) listSettlements(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.Data(http.StatusOK, contentTypeJSON, marshal(struct {
+	c.Data(http.StatusOK, contentTypeJSON, documents.Marshal(struct {
 		Data []settlement.Settlement `json:"data"`
 	}{rows}))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/validate"
 )
@@ -36,7 +37,7 @@ func (s *server) issueToken(c *gin.Context) {
 	writeResponse(c, idempotency.Response{
 		Status:      http.StatusCreated,
 		ContentType: contentTypeJSON,
-		Body:        marshal(tokenJSON{Token: tok.Value, ExpiresAt: formatTime(tok.ExpiresAt)}),
+		Body:        documents.Marshal(tokenJSON{Token: tok.Value, ExpiresAt: documents.FormatTime(tok.ExpiresAt)}),
 	}, false)
 }
 

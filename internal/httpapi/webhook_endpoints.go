@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -29,37 +30,7 @@ type EndpointDeps struct {
 	EventTTL time.Duration
 }
 
-// endpointJSON is the wire form of a webhook endpoint; no secret in it.
-type endpointJSON struct {
-	ID             string   `json:"id"`
-	URL            string   `json:"url"`
-	Description    string   `json:"description"`
-	EnabledEvents  []string `json:"enabled_events"`
-	Status         string   `json:"status"`
-	DisabledReason *string  `json:"disabled_reason"`
-	FailingSince   *string  `json:"failing_since"`
-	CreatedAt      string   `json:"created_at"`
-}
-
-func endpointView(e endpoints.Endpoint) endpointJSON {
-	v := endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EnabledEvents: e.EnabledEvents,
-		Status: e.StatusName(), CreatedAt: formatTime(e.CreatedAt)}
-	if e.DisabledReason != "" {
-		r := e.DisabledReason
-		v.DisabledReason = &r
-	}
-	if !e.FailingSince.IsZero() {
-		s := formatTime(e.FailingSince)
-		v.FailingSince = &s
-	}
-	return v
-}
-
-// EndpointBody is the JSON of an endpoint as the API sends it; the
-// endpoint.disabled event carries the same bytes (data.endpoint).
-func EndpointBody(e endpoints.Endpoint) []byte { return marshal(endpointView(e)) }
-
-// strings reads an optional list of strings.
+// stringList reads an optional list of strings.
 func stringList(obj map[string]any, name string) ([]string, bool, error) {
 	v, ok := obj[name]
 	if !ok {
@@ -154,12 +125,12 @@ func (s *server) createEndpoint(c *gin.Context) {
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
 		e, err := endpoints.Create(ctx, tx, s.endpoints.Keys, merchant, in, s.now())
 		return businessResponse(idempotency.Response{Status: 201, ContentType: contentTypeJSON,
-			Location: "/v1/webhook_endpoints/" + e.ID, Body: EndpointBody(e)}, err)
+			Location: "/v1/webhook_endpoints/" + e.ID, Body: documents.Endpoint(e)}, err)
 	})
 }
 
 type endpointListJSON struct {
-	Data []endpointJSON `json:"data"`
+	Data []documents.EndpointJSON `json:"data"`
 }
 
 // GET /v1/webhook_endpoints: the merchant's endpoints (16 at most).
@@ -169,11 +140,11 @@ func (s *server) listEndpoints(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out := endpointListJSON{Data: make([]endpointJSON, len(list))}
+	out := endpointListJSON{Data: make([]documents.EndpointJSON, len(list))}
 	for i, e := range list {
-		out.Data[i] = endpointView(e)
+		out.Data[i] = documents.EndpointView(e)
 	}
-	c.Data(200, contentTypeJSON, marshal(out))
+	c.Data(200, contentTypeJSON, documents.Marshal(out))
 }
 
 // GET /v1/webhook_endpoints/{id}.
@@ -183,7 +154,7 @@ func (s *server) getEndpoint(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.Data(200, contentTypeJSON, EndpointBody(e))
+	c.Data(200, contentTypeJSON, documents.Endpoint(e))
 }
 
 // PATCH /v1/webhook_endpoints/{id}: naturally idempotent (it sets
@@ -221,7 +192,7 @@ func (s *server) updateEndpoint(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.Data(200, contentTypeJSON, EndpointBody(e))
+	c.Data(200, contentTypeJSON, documents.Endpoint(e))
 }
 
 // DELETE /v1/webhook_endpoints/{id}: 204.
@@ -258,12 +229,12 @@ func (s *server) endpointSecret(c *gin.Context) {
 	for i, x := range list {
 		out.Secrets[i] = secretJSON{Secret: x.Text}
 		if !x.ExpiresAt.IsZero() {
-			t := formatTime(x.ExpiresAt)
+			t := documents.FormatTime(x.ExpiresAt)
 			out.Secrets[i].ExpiresAt = &t
 		}
 	}
 	c.Header("Cache-Control", "no-store")
-	c.Data(200, contentTypeJSON, marshal(out))
+	c.Data(200, contentTypeJSON, documents.Marshal(out))
 }
 
 // POST /v1/webhook_endpoints/{id}/rotate_secret {expires_in?}
@@ -295,7 +266,7 @@ func (s *server) rotateSecret(c *gin.Context) {
 	id := c.Param("id")
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
 		e, err := endpoints.Rotate(ctx, tx, s.endpoints.Keys, merchant, id, overlap, s.now())
-		return businessResponse(idempotency.Response{Status: 200, ContentType: contentTypeJSON, Body: EndpointBody(e)}, err)
+		return businessResponse(idempotency.Response{Status: 200, ContentType: contentTypeJSON, Body: documents.Endpoint(e)}, err)
 	})
 }
 
@@ -327,7 +298,7 @@ func (s *server) recoverEndpoint(c *gin.Context) {
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
 		n, err := endpoints.Recover(ctx, tx, merchant, id, since)
 		return businessResponse(idempotency.Response{Status: 202, ContentType: contentTypeJSON,
-			Body: marshal(struct {
+			Body: documents.Marshal(struct {
 				Scheduled int64 `json:"scheduled"`
 			}{n})}, err)
 	})

@@ -15,6 +15,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 )
 
@@ -149,13 +150,14 @@ func (e *UnavailableError) RetryAfterSeconds() int {
 	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 }
 
-// Options tune an Engine; zero values take the defaults in parentheses.
+// Options tune an Engine; zero values take config.Defaults, or the
+// defaults in parentheses for what is not configured.
 type Options struct {
-	Lease        time.Duration // PAYSVC_IDEMPOTENCY_LEASE (30s)
+	Lease        time.Duration // PAYSVC_IDEMPOTENCY_LEASE
 	InFlight     InFlightMode  // PAYSVC_IN_FLIGHT (Reject)
-	InFlightWait time.Duration // PAYSVC_IN_FLIGHT_WAIT (5s)
+	InFlightWait time.Duration // PAYSVC_IN_FLIGHT_WAIT
 	RetryAfter   time.Duration // suggested delay for in-flight duplicates and 503s (1s)
-	// Timeout bounds all of Do's work (PAYSVC_REQUEST_TIMEOUT, 10s): waiting
+	// Timeout bounds all of Do's work (PAYSVC_REQUEST_TIMEOUT): waiting
 	// for a connection, claiming, retrying conflicts. What is still undone
 	// then is answered with an *UnavailableError.
 	Timeout time.Duration
@@ -184,17 +186,18 @@ type Engine struct {
 
 // New returns an Engine over gdb.
 func New(gdb *gorm.DB, opts Options) *Engine {
+	d := config.Defaults()
 	if opts.Lease <= 0 {
-		opts.Lease = 30 * time.Second
+		opts.Lease = d.Lease
 	}
 	if opts.InFlightWait <= 0 {
-		opts.InFlightWait = 5 * time.Second
+		opts.InFlightWait = d.InFlightWait
 	}
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = time.Second
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = 10 * time.Second
+		opts.Timeout = d.RequestTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -92,7 +92,8 @@ const (
 // (at most db.LockWaitTimeout) and get 1062 if it commits, or one of them
 // wins if it rolls back. Whatever the outcome, the batch's START
 // TRANSACTION ran: a claim that was not won leaves an empty transaction
-// open, which the caller ends (endLostClaim).
+// open, which the caller ends with the ROLLBACK its read of the winner
+// starts with (sqlRollbackLoad).
 func beginClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
 	_, err := db.ExecBatch(ctx, conn, sqlBeginClaim,
 		id[:], req.Fingerprint.stored(), statusProcessing, o[:], leaseUntil, now.Add(req.TTL))

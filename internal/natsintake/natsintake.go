@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/metrics"
 )
 
@@ -55,7 +56,7 @@ type Options struct {
 	// pool.
 	InFlight int
 	// RequestTimeout bounds the work on one message, as on one HTTP
-	// request (PAYSVC_REQUEST_TIMEOUT, default 10s).
+	// request (PAYSVC_REQUEST_TIMEOUT by default).
 	RequestTimeout time.Duration
 	// AckWait is how long the broker waits for an ack before redelivering
 	// (default 30s); it must exceed RequestTimeout.
@@ -65,7 +66,7 @@ type Options struct {
 	RetryDelay    time.Duration
 	MaxRetryDelay time.Duration
 	// MaxAge is how long the stream keeps a message when it creates the
-	// stream (default 72h, the callback window).
+	// stream (by default PAYSVC_CALLBACK_TTL's default, the callback window).
 	MaxAge time.Duration
 	// BeforeSettle is a test hook run after a message was applied and
 	// before it is acked, NAKed or terminated; returning false leaves the
@@ -82,11 +83,12 @@ func (o Options) withDefaults() Options {
 	if o.InFlight <= 0 {
 		o.InFlight = 16
 	}
-	def(&o.RequestTimeout, 10*time.Second)
+	d := config.Defaults()
+	def(&o.RequestTimeout, d.RequestTimeout)
 	def(&o.AckWait, max(30*time.Second, o.RequestTimeout+5*time.Second))
 	def(&o.RetryDelay, time.Second)
 	def(&o.MaxRetryDelay, time.Minute)
-	def(&o.MaxAge, 72*time.Hour)
+	def(&o.MaxAge, d.CallbackTTL)
 	return o
 }
 

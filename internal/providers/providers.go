@@ -37,6 +37,9 @@ var (
 	// ErrUnhandled: a correctly signed event of a type the adapter does not
 	// map (200 "unhandled", nothing stored).
 	ErrUnhandled = payments.ErrUnhandledType
+	// ErrUnknownProvider: no inbound adapter is configured for the
+	// provider (404 unknown_provider).
+	ErrUnknownProvider = errors.New("unknown provider")
 )
 
 // Errors of the outbound half: every failed call wraps exactly one of them,

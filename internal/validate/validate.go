@@ -129,8 +129,8 @@ func (f *Fields) get(name string, required bool) (any, bool) {
 	return v, true
 }
 
-// Text reads a string field of 1..maxLen characters (minLen 0 when
-// optional) without control characters.
+// Text reads a string field of 1..maxLen characters (or none, when not
+// required) without control characters.
 func (f *Fields) Text(name string, required bool, maxLen int) string {
 	return f.text(name, required, maxLen, false)
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 )
@@ -187,7 +187,7 @@ func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *ide
 		amount, currency, at); err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
+	data := append(append([]byte(`{"order":`), documents.Order(o)...), '}')
 	if _, err := conn.ExecContext(ctx, sqlInsertEvent, events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data,
 		events.DeliveryNone, nil); err != nil {
 		return nil, fmt.Errorf("event: %w", err)
@@ -333,7 +333,7 @@ func rawOrderPaidEvent(ctx context.Context, tx sqlRunner, orderNo string, at tim
 	if paidAt.Valid {
 		o.PaidAt = &paidAt.Time
 	}
-	data := append(append([]byte(`{"order":`), httpapi.OrderBody(o)...), '}')
+	data := append(append([]byte(`{"order":`), documents.Order(o)...), '}')
 	if _, err := tx.ExecContext(ctx, sqlInsertEvent, events.NewIDAt(at), o.MerchantID, events.OrderPaid, at, data,
 		events.DeliveryNone, nil); err != nil {
 		return fmt.Errorf("event: %w", err)

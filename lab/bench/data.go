@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/httpapi"
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/orders"
 )
 
@@ -103,7 +103,7 @@ func callbackResponse(orderNo string) []byte {
 
 // orderResponse is the body of a 201 to POST /v1/orders, the service's
 // own bytes.
-func orderResponse(o orders.Order) []byte { return httpapi.OrderBody(o) }
+func orderResponse(o orders.Order) []byte { return documents.Order(o) }
 
 // typicalOrderBodyLen is the size of the order response the storage
 // section stores: the service's JSON for a three-character

@@ -15,8 +15,8 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -247,7 +247,7 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	o := orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "bench-relay", Status: orders.Paid,
 		Amount: 1999, Currency: "EUR", Version: 2, CreatedAt: now, UpdatedAt: now, PaidAt: &now}
-	data := `{"order":` + string(httpapi.OrderBody(o)) + `}`
+	data := `{"order":` + string(documents.Order(o)) + `}`
 	const chunk = 500
 	for done := 0; done < n; {
 		k := min(chunk, n-done)

@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 )
@@ -56,7 +57,7 @@ type Purge struct {
 
 func (b *bench) purge(ctx context.Context, raw *sql.DB, sc *scratch) (Purge, error) {
 	out := Purge{Writers: b.opts.PurgeWriters}
-	gdb, err := db.Open(sc.cfg)
+	gdb, err := db.OpenPool(sc.cfg, config.Defaults().DBMaxConns)
 	if err != nil {
 		return out, err
 	}

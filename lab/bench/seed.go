@@ -14,8 +14,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
-	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 )
@@ -123,7 +123,7 @@ func seedTables(tl seedTimeline) []seedTable {
 			columns: "(id, merchant_id, type, created_at, data, delivery, next_attempt_at)",
 			line: func(w *bufio.Writer, j int) error {
 				at := tl.at(2*j + 1)
-				data := append(append([]byte(`{"order":`), httpapi.OrderBody(paidOrder(j))...), '}')
+				data := append(append([]byte(`{"order":`), documents.Order(paidOrder(j))...), '}')
 				fields(w, events.NewIDAt(at), merchantID, events.OrderPaid, datetime(at), string(data),
 					strconv.Itoa(int(events.DeliveryNone)), `\N`)
 				return nil

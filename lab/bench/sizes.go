@@ -389,7 +389,7 @@ func (b *bench) sizePurge(ctx context.Context, s *sizeServer, n int) (PurgeRound
 	if err := s.raw.QueryRowContext(ctx, `SELECT expires_at FROM idempotency_records ORDER BY expires_at LIMIT 1 OFFSET ?`, n-1).Scan(&upTo); err != nil {
 		return PurgeRound{}, fmt.Errorf("the %d-th expiry: %w", n, err)
 	}
-	gdb, err := db.Open(mustConfig(s.dsn))
+	gdb, err := db.OpenPool(mustConfig(s.dsn), config.Defaults().DBMaxConns)
 	if err != nil {
 		return PurgeRound{}, err
 	}

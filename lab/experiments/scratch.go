@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 )
 
@@ -40,7 +41,7 @@ func newScratch(ctx context.Context, serverDSN, tag string) (*scratch, error) {
 		return nil, fmt.Errorf("scratch: %w", err)
 	}
 	s := &scratch{cfg: cfg}
-	if s.gorm, err = db.Open(cfg); err != nil {
+	if s.gorm, err = db.OpenPool(cfg, config.Defaults().DBMaxConns); err != nil {
 		_ = s.drop()
 		return nil, fmt.Errorf("scratch: %w", err)
 	}

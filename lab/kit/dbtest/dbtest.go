@@ -18,6 +18,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/migrate"
 )
@@ -98,7 +99,7 @@ func create() (*DB, error) {
 	if err := db.EnsureDatabase(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("dbtest: cannot reach the test database server (is MariaDB running on %s?): %w", cfg.Addr, err)
 	}
-	gdb, err := db.Open(cfg)
+	gdb, err := db.OpenPool(cfg, config.Defaults().DBMaxConns)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("dbtest: %w", err), dropDatabase(cfg))
 	}
