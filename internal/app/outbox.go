@@ -65,9 +65,15 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 		log.Warn("PAYSVC_SECRETS_KEY is not set: webhook endpoints cannot be created through the API, and those that exist are not delivered to")
 	}
 	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
-	n := events.NewNotifier(eps, now)
-	rec := events.NewRecorder(n.Notifies, now)
-	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
+	n := events.NewNotifier(eps, rule, now)
+	rec := events.NewRecorder(now)
+	q := events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies, Keys: keys, DisableAfter: ecfg.DisableAfter, Now: now,
+		OnDisabled: func(e endpoints.Endpoint) {
+			m.EndpointsDisabled.Inc()
+			log.Warn("webhook endpoint disabled: every attempt failed for PAYSVC_ENDPOINT_DISABLE_AFTER",
+				"endpoint", e.ID, "merchant", e.MerchantID)
+		}})
+	relay := outbox.New(q, n.Deliver, outbox.Options{
 		Timeout:  cfg.Timeout,
 		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
 		Now:      now,
@@ -84,7 +90,7 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 		},
 	})
 	return &notifications{recorder: rec, relay: relay, pool: pool,
-		endpoints: httpapi.EndpointDeps{Keys: keys, Rule: rule, EventTTL: cfg.EventTTL}}, nil
+		endpoints: httpapi.EndpointDeps{Keys: keys, Rule: rule, EventTTL: cfg.EventTTL, Notified: n.Notifies}}, nil
 }
 
 // relayLoop runs the relay and refreshes the outbox gauges until ctx is

@@ -123,6 +123,9 @@ type Event struct {
 	// change committed.
 	Data     json.RawMessage
 	Delivery Delivery
+	// FanOutDue: the event awaits its fan-out (its deliveries are not
+	// decided yet).
+	FanOutDue bool
 }
 
 // Attempt is one delivery attempt.

@@ -28,6 +28,9 @@ type EndpointDeps struct {
 	Resolve netguard.Resolver
 	// EventTTL bounds how far back a recover may reach.
 	EventTTL time.Duration
+	// Notified reports whether a merchant has a PAYSVC_NOTIFY_ENDPOINTS
+	// endpoint (nil: none has).
+	Notified func(merchantID string) bool
 }
 
 // stringList reads an optional list of strings.
