@@ -133,6 +133,18 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	if cfg.InFlight == config.InFlightWait {
 		mode = idempotency.Wait
 	}
+	m := metrics.New()
+	// The pre-check's entries belong to this database: a service over
+	// another one that shares the Redis must never replay them.
+	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, opts.RedisOpTimeout, mode, m, log, now)
+	if err != nil {
+		return nil, err
+	}
+	var front idempotency.Front // an interface holding a nil *Checker is not nil
+	if pre != nil {
+		stack.push(pre.Close)
+		front = pre
+	}
 	engine := idempotency.New(gdb, idempotency.Options{
 		Lease:        cfg.Lease,
 		InFlight:     mode,
@@ -142,20 +154,11 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Now:          now,
 		Logger:       log,
 		BeforeCommit: opts.BeforeCommit,
+		Front:        front,
 	})
 	registry, err := Providers(cfg, now)
 	if err != nil {
 		return nil, err
-	}
-	m := metrics.New()
-	// The pre-check's entries belong to this database: a service over
-	// another one that shares the Redis must never replay them.
-	pre, err := newPrecheck(cfg, dbcfg.Addr+"/"+dbcfg.DBName, opts.RedisOpTimeout, mode, m, log, now)
-	if err != nil {
-		return nil, err
-	}
-	if pre != nil {
-		stack.push(pre.Close)
 	}
 	notify, err := newNotifications(cfg.Notify, cfg.Endpoints, relayPool, m, log, now)
 	if err != nil {
@@ -193,7 +196,6 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Now:            now,
 		WakeRelay:      notify.relay.Wake,
 		Callbacks:      cbs,
-		Precheck:       pre,
 		Endpoints:      notify.endpoints,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,

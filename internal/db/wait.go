@@ -9,8 +9,11 @@ import (
 // EnsureDatabaseWithin is EnsureDatabase retried, with backoff, while the
 // server does not answer, for at most within: in a compose file or on a
 // host that is starting, the service may come up before its database.
-// An answer of the server's own (bad credentials, no right to create the
-// database) is final at once. notReady, if set, is told of every attempt
+// A server that answers that it cannot serve now (a Galera node still
+// joining or cut off from the primary component, 1047; too many
+// connections; shutting down: see IsUnavailable) is waited for the same
+// way. Any other answer of the server's own (bad credentials, no right to
+// create the database) is final at once. notReady, if set, is told of every attempt
 // that found no server, and how much longer the wait goes on, so that a
 // wait is never silent.
 func EnsureDatabaseWithin(ctx context.Context, cfg *MySQLConfig, within time.Duration, notReady func(err error, left time.Duration)) error {
@@ -19,7 +22,7 @@ func EnsureDatabaseWithin(ctx context.Context, cfg *MySQLConfig, within time.Dur
 	defer cancel()
 	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		err := EnsureDatabase(ctx, cfg)
-		if err == nil || ServerAnswered(err) {
+		if err == nil || ServerAnswered(err) && !IsUnavailable(err) {
 			return err
 		}
 		left := time.Until(deadline)

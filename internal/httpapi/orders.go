@@ -54,13 +54,12 @@ func businessResponse(resp idempotency.Response, err error) (idempotency.Respons
 // INSERT (1062) and the record SELECT = 2.
 func (s *server) createOrder(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, false)
+	var in orders.CreateInput
+	req, ok := s.merchantRequest(c, false, func(obj map[string]any) (err error) {
+		in, err = decodeCreate(obj)
+		return err
+	})
 	if !ok {
-		return
-	}
-	in, err := decodeCreate(obj)
-	if err != nil {
-		s.fail(c, err)
 		return
 	}
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
@@ -69,16 +68,15 @@ func (s *server) createOrder(c *gin.Context) {
 	})
 }
 
+// noFields decodes a body that must be empty or {}.
+func noFields(obj map[string]any) error { return validate.New(obj, "").Only() }
+
 // POST /v1/orders/{order_no}/cancel. First request: claim, BEGIN,
 // conditional UPDATE, SELECT, fence, COMMIT = 6 round trips.
 func (s *server) cancelOrder(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, true)
+	req, ok := s.merchantRequest(c, true, noFields)
 	if !ok {
-		return
-	}
-	if err := validate.New(obj, "").Only(); err != nil {
-		s.fail(c, err)
 		return
 	}
 	orderNo := c.Param("order_no")

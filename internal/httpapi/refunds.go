@@ -23,19 +23,18 @@ const (
 // round trips.
 func (s *server) createRefund(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, false)
+	var in payments.RefundInput
+	req, ok := s.merchantRequest(c, false, func(obj map[string]any) error {
+		f := validate.New(obj, "")
+		f.Only("amount", "merchant_refund_no", "reason")
+		in = payments.RefundInput{
+			Amount:           f.Amount("amount"),
+			MerchantRefundNo: f.Text("merchant_refund_no", true, MaxMerchantRefundNo),
+			Reason:           f.Text("reason", false, MaxRefundReason),
+		}
+		return f.Err()
+	})
 	if !ok {
-		return
-	}
-	f := validate.New(obj, "")
-	f.Only("amount", "merchant_refund_no", "reason")
-	in := payments.RefundInput{
-		Amount:           f.Amount("amount"),
-		MerchantRefundNo: f.Text("merchant_refund_no", true, MaxMerchantRefundNo),
-		Reason:           f.Text("reason", false, MaxRefundReason),
-	}
-	if err := f.Err(); err != nil {
-		s.fail(c, err)
 		return
 	}
 	orderNo := c.Param("order_no")

@@ -6,6 +6,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -24,10 +25,8 @@ import (
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
-	"github.com/paysvc/paysvc/internal/precheck"
 	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
-	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Deps is what the HTTP layer needs; main wires it.
@@ -60,9 +59,6 @@ type Deps struct {
 	// Callbacks is the callback use case shared with the NATS intake; when
 	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
-	// Precheck, if set, is the Redis pre-check in front of the engine
-	// (README.md, "Tokens and the Redis pre-check"); readiness never looks at it.
-	Precheck *precheck.Checker
 	// Endpoints serves the webhook endpoint routes.
 	Endpoints EndpointDeps
 }
@@ -76,8 +72,6 @@ type server struct {
 	auth    *merchants.Authenticator
 	ttl     time.Duration
 	reserve *gorm.DB
-
-	precheck *precheck.Checker
 
 	payments  *payments.Service
 	callbacks *callbacks.Handler
@@ -99,8 +93,6 @@ func New(d Deps) *gin.Engine {
 		auth:    d.Auth,
 		ttl:     d.IdempotencyTTL,
 		reserve: d.Reserve,
-
-		precheck: d.Precheck,
 
 		payments:  d.Payments,
 		callbacks: d.Callbacks,
@@ -175,9 +167,14 @@ func (s *server) readyz(c *gin.Context) {
 	c.Data(http.StatusOK, contentTypeJSON, []byte(`{"status":"ready"}`))
 }
 
-// merchantRequest runs the steps between auth and the idempotency engine:
-// the key (400), then the body (400), then the fingerprint.
-func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.Request, map[string]any, bool) {
+// merchantRequest runs the steps between auth and the idempotency engine,
+// in the order api/openapi.yaml ("Errors") answers their refusals: the key
+// (400), the body parsed and decoded by decode (400), the fingerprint. A
+// token is settled before the body's refusal is answered: when the body is
+// refused and the key is a token, checkToken reads it (one SELECT, on that
+// path only); a valid body leaves the token's check to the engine's claim,
+// at no extra cost.
+func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool, decode func(map[string]any) error) (idempotency.Request, bool) {
 	endpoint := c.FullPath()
 	key, err := idempotency.KeyFromHeader(c.Request.Header.Values(idempotency.KeyHeader))
 	if err != nil {
@@ -187,45 +184,50 @@ func (s *server) merchantRequest(c *gin.Context, emptyBodyOK bool) (idempotency.
 		}
 		s.metrics.IdempotencyRequests.WithLabelValues(endpoint, outcome).Inc()
 		s.fail(c, err)
-		return idempotency.Request{}, nil, false
+		return idempotency.Request{}, false
 	}
+	scope := idempotency.MerchantScope(merchantOf(c))
 	obj, canonical, err := parseObject(bodyOf(c), emptyBodyOK)
+	if err == nil {
+		err = decode(obj)
+	}
 	if err != nil {
+		if terr := s.checkToken(c, scope, key); terr != nil {
+			err = terr
+		}
 		s.fail(c, err)
-		return idempotency.Request{}, nil, false
+		return idempotency.Request{}, false
 	}
 	return idempotency.Request{
-		Scope:       idempotency.MerchantScope(merchantOf(c)),
+		Scope:       scope,
 		Key:         key,
 		Fingerprint: idempotency.RequestFingerprint(c.Request.Method, c.Request.URL.Path, canonical),
 		TTL:         s.ttl,
 		Token:       idempotency.IsToken(key),
-	}, obj, true
+	}, true
 }
 
-// idempotent runs fn through the engine and writes the answer. With the
-// Redis pre-check, a duplicate may be answered before the engine: its
-// stored response, written exactly as the engine's replay, or 409 in
-// flight; everything else goes to the engine, and what it answers is
-// cached for the next duplicate (package precheck).
-func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
-	ctx := c.Request.Context()
-	if s.precheck == nil {
-		res, err := s.engine.Do(ctx, req, fn)
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
-		return
+// checkToken returns why key, if it is a token, is not one issued to scope
+// and still valid, or the database's fault reading it; nil otherwise.
+func (s *server) checkToken(c *gin.Context, scope, key string) error {
+	if !idempotency.IsToken(key) {
+		return nil
 	}
-	a := s.precheck.Check(ctx, req)
+	ok, err := s.engine.TokenValid(c.Request.Context(), scope, key)
 	switch {
-	case a.Response.Status != 0:
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{Response: a.Response, Outcome: idempotency.OutcomeReplayed}, nil)
-		return
-	case a.InFlight:
-		RespondIdempotent(c, s.metrics, s.log, c.FullPath(), idempotency.Result{}, &idempotency.InFlightError{RetryAfter: time.Second})
-		return
+	case err != nil:
+		return err
+	case !ok:
+		s.metrics.IdempotencyRequests.WithLabelValues(c.FullPath(), "invalid_key").Inc()
+		return fmt.Errorf("key %q: %w", key, idempotency.ErrTokenInvalid)
 	}
-	res, err := s.engine.Do(ctx, req, fn)
-	s.precheck.After(ctx, a, req, res, err)
+	return nil
+}
+
+// idempotent runs fn through the engine (and its Redis pre-check, when
+// configured) and writes the answer.
+func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
+	res, err := s.engine.Do(c.Request.Context(), req, fn)
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
 }
 
@@ -265,14 +267,8 @@ func writeResponse(c *gin.Context, r idempotency.Response, replayed bool) {
 	c.Data(r.Status, r.ContentType, r.Body)
 }
 
-func (s *server) fail(c *gin.Context, err error) {
-	if errors.Is(err, validate.ErrInvalid) {
-		// The key is checked before the body (api/openapi.yaml, "Errors"): a token's
-		// validity is settled before the body's refusal is answered.
-		err = s.tokenBeforeBody(c, err)
-	}
-	Fail(c, s.log, err)
-}
+// fail answers err; it only writes.
+func (s *server) fail(c *gin.Context, err error) { Fail(c, s.log, err) }
 
 // unavailableRetryAfter is the Retry-After of a 503 that carries none of
 // its own: a database fault usually clears within seconds, and a client that

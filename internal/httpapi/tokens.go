@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -39,27 +38,6 @@ func (s *server) issueToken(c *gin.Context) {
 		ContentType: contentTypeJSON,
 		Body:        documents.Marshal(tokenJSON{Token: tok.Value, ExpiresAt: documents.FormatTime(tok.ExpiresAt)}),
 	}, false)
-}
-
-// tokenBeforeBody answers a token that is not valid for this merchant
-// before bodyErr, the body's refusal: the key check comes first
-// (api/openapi.yaml, "Errors"). It costs one SELECT, and only on this error
-// path; a valid body leaves the token's check to the engine's claim, at no
-// extra cost.
-func (s *server) tokenBeforeBody(c *gin.Context, bodyErr error) error {
-	key, err := idempotency.KeyFromHeader(c.Request.Header.Values(idempotency.KeyHeader))
-	if err != nil || !idempotency.IsToken(key) || c.Request.Method != http.MethodPost || merchantOf(c) == "" || c.FullPath() == TokenRoute {
-		return bodyErr
-	}
-	ok, err := s.engine.TokenValid(c.Request.Context(), idempotency.MerchantScope(merchantOf(c)), key)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		s.metrics.IdempotencyRequests.WithLabelValues(c.FullPath(), "invalid_key").Inc()
-		return fmt.Errorf("key %q: %w", key, idempotency.ErrTokenInvalid)
-	}
-	return bodyErr
 }
 
 // TokenRoute issues tokens.

@@ -101,17 +101,15 @@ func (s *server) endpointFields(ctx context.Context, obj map[string]any, createU
 // any transaction.
 func (s *server) createEndpoint(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, false)
+	var p endpoints.Patch
+	req, ok := s.merchantRequest(c, false, func(obj map[string]any) (err error) {
+		if err := validate.New(obj, "").Only("url", "enabled_events", "description"); err != nil {
+			return err
+		}
+		p, err = s.endpointFields(c.Request.Context(), obj, true)
+		return err
+	})
 	if !ok {
-		return
-	}
-	if err := validate.New(obj, "").Only("url", "enabled_events", "description"); err != nil {
-		s.fail(c, err)
-		return
-	}
-	p, err := s.endpointFields(c.Request.Context(), obj, true)
-	if err != nil {
-		s.fail(c, err)
 		return
 	}
 	if !s.endpoints.Keys.Ready() {
@@ -244,23 +242,23 @@ func (s *server) endpointSecret(c *gin.Context) {
 // (Idempotency-Key): 200 with the endpoint, never the secret.
 func (s *server) rotateSecret(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, true)
+	overlap := endpoints.DefaultRotateOverlap
+	req, ok := s.merchantRequest(c, true, func(obj map[string]any) error {
+		if err := validate.New(obj, "").Only("expires_in"); err != nil {
+			return err
+		}
+		if v, ok := obj["expires_in"]; ok {
+			n, isNum := v.(json.Number)
+			secs, err := strconv.ParseInt(string(n), 10, 64)
+			if !isNum || err != nil || secs < 0 || secs > int64(endpoints.MaxRotateOverlap/time.Second) {
+				return validate.Invalid("expires_in", "must be an integer number of seconds from 0 to 604800")
+			}
+			overlap = time.Duration(secs) * time.Second
+		}
+		return nil
+	})
 	if !ok {
 		return
-	}
-	if err := validate.New(obj, "").Only("expires_in"); err != nil {
-		s.fail(c, err)
-		return
-	}
-	overlap := endpoints.DefaultRotateOverlap
-	if v, ok := obj["expires_in"]; ok {
-		n, isNum := v.(json.Number)
-		secs, err := strconv.ParseInt(string(n), 10, 64)
-		if !isNum || err != nil || secs < 0 || secs > int64(endpoints.MaxRotateOverlap/time.Second) {
-			s.fail(c, validate.Invalid("expires_in", "must be an integer number of seconds from 0 to 604800"))
-			return
-		}
-		overlap = time.Duration(secs) * time.Second
 	}
 	if !s.endpoints.Keys.Ready() {
 		s.fail(c, endpoints.ErrNoSecretsKey)
@@ -277,24 +275,23 @@ func (s *server) rotateSecret(c *gin.Context) {
 // {"scheduled": N}.
 func (s *server) recoverEndpoint(c *gin.Context) {
 	merchant := merchantOf(c)
-	req, obj, ok := s.merchantRequest(c, false)
+	var since time.Time
+	req, ok := s.merchantRequest(c, false, func(obj map[string]any) (err error) {
+		f := validate.New(obj, "")
+		f.Only("since")
+		raw := f.Text("since", true, 64)
+		if err := f.Err(); err != nil {
+			return err
+		}
+		if since, err = time.Parse(time.RFC3339Nano, raw); err != nil {
+			return validate.Invalid("since", "must be an RFC 3339 time")
+		}
+		if ttl := s.endpoints.EventTTL; ttl > 0 && since.Before(s.now().Add(-ttl)) {
+			return validate.Invalid("since", "older than PAYSVC_EVENT_TTL: those events are no longer kept")
+		}
+		return nil
+	})
 	if !ok {
-		return
-	}
-	f := validate.New(obj, "")
-	f.Only("since")
-	raw := f.Text("since", true, 64)
-	if err := f.Err(); err != nil {
-		s.fail(c, err)
-		return
-	}
-	since, err := time.Parse(time.RFC3339Nano, raw)
-	if err != nil {
-		s.fail(c, validate.Invalid("since", "must be an RFC 3339 time"))
-		return
-	}
-	if ttl := s.endpoints.EventTTL; ttl > 0 && since.Before(s.now().Add(-ttl)) {
-		s.fail(c, validate.Invalid("since", "older than PAYSVC_EVENT_TTL: those events are no longer kept"))
 		return
 	}
 	id := c.Param("id")

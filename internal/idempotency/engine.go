@@ -173,6 +173,22 @@ type Options struct {
 	// is stored and before COMMIT. It exists for fault-injection tests: an
 	// error here must leave no trace of the request.
 	BeforeCommit func(ctx context.Context, req Request) error
+	// Front, if set, may answer a duplicate before Do claims its key in
+	// MySQL (the Redis pre-check). Every caller of Do goes through it:
+	// merchant requests, provider callbacks over HTTP and JetStream, the
+	// sweep.
+	Front Front
+}
+
+// Front answers some duplicates before the engine claims their key in
+// MySQL (package precheck). It never decides a first execution: what it
+// does not answer goes to the engine, which decides exactly as without it.
+type Front interface {
+	// Before returns the stored response of a finished duplicate
+	// (Status != 0), or inFlight for a duplicate of a request still
+	// running; otherwise the engine runs req and calls after with its
+	// answer.
+	Before(ctx context.Context, req Request) (replay Response, inFlight bool, after func(Result, error))
 }
 
 // Engine runs requests at most once per key. It holds no request state in
@@ -246,6 +262,23 @@ const (
 // storm stalls measured in docs/BENCHMARKS.md, "Overload"). A waiting
 // duplicate gives its connection back between polls.
 func (e *Engine) Do(ctx context.Context, req Request, fn Func) (Result, error) {
+	if e.opts.Front == nil {
+		return e.do(ctx, req, fn)
+	}
+	replay, inFlight, after := e.opts.Front.Before(ctx, req)
+	switch {
+	case replay.Status != 0:
+		return Result{Response: replay, Outcome: OutcomeReplayed}, nil
+	case inFlight:
+		return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
+	}
+	res, err := e.do(ctx, req, fn)
+	after(res, err)
+	return res, err
+}
+
+// do is Do in MySQL alone.
+func (e *Engine) do(ctx context.Context, req Request, fn Func) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	defer cancel()
 	waitUntil := e.opts.Now().Add(e.opts.InFlightWait)

@@ -240,6 +240,12 @@ func (c *Checker) After(ctx context.Context, a Answer, req idempotency.Request, 
 	}
 }
 
+// Before is Check and After as the engine's Front.
+func (c *Checker) Before(ctx context.Context, req idempotency.Request) (idempotency.Response, bool, func(idempotency.Result, error)) {
+	a := c.Check(ctx, req)
+	return a.Response, a.InFlight, func(res idempotency.Result, err error) { c.After(ctx, a, req, res, err) }
+}
+
 // deleteIfEqual removes a marker only if it is still ours: another
 // request's marker, or a done entry written since, stays.
 var deleteIfEqual = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)

@@ -367,9 +367,9 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		if redisURL == "" {
 			redisURL = "redis://127.0.0.1:6379/0"
 		}
-		fmt.Fprintf(stdout, "\n== (i) duplicate storm: POST /v1/orders, each key sent dup times in a row by %d workers, MySQL alone vs the Redis pre-check at %s ==\n",
+		fmt.Fprintf(stdout, "\n== (i) duplicate storm: POST /v1/orders and payment.succeeded callbacks, each key sent dup times in a row by %d workers, MySQL alone vs the Redis pre-check at %s ==\n",
 			slices.Max(opts.Ns), redisURL)
-		ds, err := b.dupStorm(ctx, sc, redisURL)
+		ds, err := b.dupStorm(ctx, sc, &orderSupply{raw: raw}, redisURL)
 		rep.DupStorm = ds
 		if err != nil {
 			return rep, fmt.Errorf("dupstorm: %w", err)

@@ -44,8 +44,8 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("machine not reported: %+v", rep.Machine)
 	}
 
-	if len(rep.DupStorm) != 2*len(dupFactors) {
-		t.Errorf("%d duplicate-storm cells, want %d", len(rep.DupStorm), 2*len(dupFactors))
+	if len(rep.DupStorm) != 2*len(dupFactors)*len(stormIntakes) {
+		t.Errorf("%d duplicate-storm cells, want %d", len(rep.DupStorm), 2*len(dupFactors)*len(stormIntakes))
 	}
 	for _, c := range rep.DupStorm {
 		if c.Requests != c.Keys*c.Dup || c.Rate <= 0 || c.RoundTripsPerReq <= 0 {

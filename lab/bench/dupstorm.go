@@ -17,16 +17,18 @@ import (
 	"github.com/paysvc/paysvc/internal/precheck"
 )
 
-// The duplicate storm (i): POST /v1/orders where each key arrives dup
-// times in a burst (a double-clicking checkout, a retrying client), with
-// and without the Redis pre-check, at several duplicate
-// factors. Each cell runs twice: once straight to the database for
+// The duplicate storm (i): each key arrives dup times in a burst, with
+// and without the Redis pre-check, at several duplicate factors, through
+// two intakes: POST /v1/orders (a double-clicking checkout, a retrying
+// client) and signed payment.succeeded callbacks (a provider retrying
+// in bursts: each duplicate a new delivery of the same event). Each cell runs twice: once straight to the database for
 // throughput and latency, once (a quarter of the keys) through the
 // recording proxy of the round-trip check to count the commands (round
 // trips) the server received per request; a batch of statements is one.
 
 // DupStorm is one cell.
 type DupStorm struct {
+	Intake            string // "orders" or "callbacks"
 	Side              string // "mysql only" or "redis pre-check"
 	Dup               int    // each key sent this many times
 	Workers           int
@@ -45,32 +47,38 @@ type DupStorm struct {
 // and the storm of 8.
 var dupFactors = []int{1, 2, 8}
 
-// dupStorm runs every cell; redisURL is PAYSVC_BENCH_REDIS_URL.
-func (b *bench) dupStorm(ctx context.Context, sc *scratch, redisURL string) ([]DupStorm, error) {
+// stormIntakes are the entry paths the storm goes through.
+var stormIntakes = []string{"orders", "callbacks"}
+
+// dupStorm runs every cell; redisURL is PAYSVC_BENCH_REDIS_URL. The
+// callback cells pay orders of supply, created beforehand.
+func (b *bench) dupStorm(ctx context.Context, sc *scratch, supply *orderSupply, redisURL string) ([]DupStorm, error) {
 	workers := slices.Max(b.opts.Ns)
 	requests := 4000
 	if b.opts.Quick {
 		requests = 160
 	}
 	var out []DupStorm
-	for _, dup := range dupFactors {
-		for _, url := range []string{"", redisURL} {
-			side := "mysql only"
-			if url != "" {
-				side = "redis pre-check"
+	for _, intake := range stormIntakes {
+		for _, dup := range dupFactors {
+			for _, url := range []string{"", redisURL} {
+				side := "mysql only"
+				if url != "" {
+					side = "redis pre-check"
+				}
+				c := DupStorm{Intake: intake, Side: side, Dup: dup, Workers: workers, Keys: requests / dup}
+				if err := b.dupStormRun(ctx, sc, supply, url, &c, false); err != nil {
+					return out, fmt.Errorf("%s, %s, dup %d: %w", intake, side, dup, err)
+				}
+				proxied := c
+				proxied.Keys = max(1, c.Keys/4)
+				if err := b.dupStormRun(ctx, sc, supply, url, &proxied, true); err != nil {
+					return out, fmt.Errorf("%s, %s, dup %d, proxied: %w", intake, side, dup, err)
+				}
+				c.RoundTripsPerReq = proxied.RoundTripsPerReq
+				out = append(out, c)
+				printDupStorm(b.stdout, c)
 			}
-			c := DupStorm{Side: side, Dup: dup, Workers: workers, Keys: requests / dup}
-			if err := b.dupStormRun(ctx, sc, url, &c, false); err != nil {
-				return out, fmt.Errorf("%s, dup %d: %w", side, dup, err)
-			}
-			proxied := c
-			proxied.Keys = max(1, c.Keys/4)
-			if err := b.dupStormRun(ctx, sc, url, &proxied, true); err != nil {
-				return out, fmt.Errorf("%s, dup %d, proxied: %w", side, dup, err)
-			}
-			c.RoundTripsPerReq = proxied.RoundTripsPerReq
-			out = append(out, c)
-			printDupStorm(b.stdout, c)
 		}
 	}
 	return out, nil
@@ -78,7 +86,12 @@ func (b *bench) dupStorm(ctx context.Context, sc *scratch, redisURL string) ([]D
 
 var stormRun atomic.Int64
 
-func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c *DupStorm, proxied bool) error {
+func (b *bench) dupStormRun(ctx context.Context, sc *scratch, supply *orderSupply, redisURL string, c *DupStorm, proxied bool) error {
+	if c.Intake == "callbacks" {
+		if err := supply.ensure(ctx, c.Keys); err != nil {
+			return err
+		}
+	}
 	cfg := sc.cfg.Clone()
 	var tap *sqlTap
 	if proxied {
@@ -99,15 +112,31 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c
 	// flight together or just after each other, as in a storm.
 	run := stormRun.Add(1)
 	type item struct {
-		key  string
-		body []byte
+		key, path string
+		body      []byte
+		header    func() http.Header
+		want      int
 	}
 	queue := make(chan item, c.Keys*c.Dup)
+	r := newRand()
+	var deliveries atomic.Int64
 	for k := range c.Keys {
-		key := fmt.Sprintf("storm-%d-%d-%d", time.Now().UnixNano(), run, k)
-		body := orderRequestBody(key)
+		it := item{key: fmt.Sprintf("storm-%d-%d-%d", time.Now().UnixNano(), run, k), path: "/v1/orders", want: http.StatusCreated}
+		it.body = orderRequestBody(it.key)
+		it.header = func() http.Header { return orderHeader(it.key) }
+		if c.Intake == "callbacks" {
+			orderNo, ok := supply.take()
+			if !ok {
+				return errExhausted
+			}
+			ev := newEvent(r, orderNo)
+			it = item{key: ev.key, path: "/v1/callbacks/" + provider, body: ev.body, want: http.StatusOK}
+			it.header = func() http.Header {
+				return svc.callbackHeader(fmt.Sprintf("msg_storm_%d_%d", run, deliveries.Add(1)), ev.body)
+			}
+		}
 		for range c.Dup {
-			queue <- item{key, body}
+			queue <- it
 		}
 	}
 	close(queue)
@@ -129,14 +158,14 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c
 			for it := range queue {
 				t0 := time.Now()
 				for {
-					rep, err := svc.post(ctx, "/v1/orders", orderHeader(it.key), it.body)
+					rep, err := svc.post(ctx, it.path, it.header(), it.body)
 					if err == nil && rep.status == http.StatusConflict {
 						retries.Add(1)
 						time.Sleep(5 * time.Millisecond)
 						continue
 					}
-					if err == nil && rep.status != http.StatusCreated {
-						err = rep.expect(http.StatusCreated, rep.replayed)
+					if err == nil && rep.status != it.want {
+						err = rep.expect(it.want, rep.replayed)
 					}
 					mu.Lock()
 					if err != nil && firstErr == nil {
@@ -173,8 +202,8 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, redisURL string, c
 }
 
 func printDupStorm(w io.Writer, c DupStorm) {
-	fmt.Fprintf(w, "  %-15s dup %d: %5d requests (%d keys, %d workers) %7.0f req/s  p50 %s ms  p99 %s ms  %.2f round trips/request  409 retries %d",
-		c.Side, c.Dup, c.Requests, c.Keys, c.Workers, c.Rate, ms(c.P50), ms(c.P99), c.RoundTripsPerReq, c.Retries)
+	fmt.Fprintf(w, "  %-9s %-15s dup %d: %5d requests (%d keys, %d workers) %7.0f req/s  p50 %s ms  p99 %s ms  %.2f round trips/request  409 retries %d",
+		c.Intake, c.Side, c.Dup, c.Requests, c.Keys, c.Workers, c.Rate, ms(c.P50), ms(c.P99), c.RoundTripsPerReq, c.Retries)
 	if c.Side != "mysql only" {
 		fmt.Fprintf(w, "  redis: replayed %.0f, in flight %.0f, miss/error %.0f", c.PrecheckReplayed, c.PrecheckInFlight, c.PrecheckMissOrErr)
 	}

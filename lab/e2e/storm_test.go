@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/redistest"
 )
 
 // TestStorm releases many identical duplicates of many keys at the same
@@ -156,12 +156,5 @@ func TestStorm(t *testing.T) {
 	}
 }
 
-// testRedisURL is the Redis the suite's pre-check variants use:
-// PAYSVC_TEST_REDIS_URL, else the one scripts/ensure-redis.sh starts.
-// Entries are namespaced by database, so parallel tests do not meet.
-func testRedisURL() string {
-	if u := os.Getenv("PAYSVC_TEST_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
+// testRedisURL is the Redis the suite's pre-check variants use.
+func testRedisURL() string { return redistest.URL() }

@@ -35,6 +35,7 @@ type API struct {
 	payments map[string][]apiPayment // by order_no
 	byTxn    map[string]apiPayment
 	refunds  map[string]apiRefund // by Idempotency-Key
+	calls    map[string]int       // POST /v1/refunds by Idempotency-Key, whatever the answer
 	sent     sync.WaitGroup
 }
 
@@ -63,7 +64,7 @@ type apiRefund struct {
 // until ctx ends.
 func NewAPI(ctx context.Context, apiKey string, sender *Sender) *API {
 	return &API{apiKey: apiKey, sender: sender, ctx: ctx, payments: map[string][]apiPayment{},
-		byTxn: map[string]apiPayment{}, refunds: map[string]apiRefund{}}
+		byTxn: map[string]apiPayment{}, refunds: map[string]apiRefund{}, calls: map[string]int{}}
 }
 
 // RecordPayment records a payment the provider took (or failed), whether
@@ -103,6 +104,55 @@ func (a *API) Refunds() int {
 	return len(a.refunds)
 }
 
+// RefundRecord is what the API recorded for one Idempotency-Key: how often
+// it was called with it, and the refund it made (Made), if any. A refund
+// is made once per key, so Made is money moved once.
+type RefundRecord struct {
+	Key          string
+	Calls        int
+	Made         bool
+	ID           string
+	PaymentTxnID string
+	Amount       int64
+	Currency     string
+	Reference    string
+}
+
+// RefundRecords is every key POST /v1/refunds was called with.
+func (a *API) RefundRecords() []RefundRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]RefundRecord, 0, len(a.calls))
+	for k, n := range a.calls {
+		r := RefundRecord{Key: k, Calls: n}
+		if rf, ok := a.refunds[k]; ok {
+			r.Made, r.ID, r.PaymentTxnID, r.Amount, r.Currency, r.Reference = true, rf.ID, rf.req.PaymentTxnID, rf.req.Amount, rf.req.Currency, rf.req.Reference
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// PaymentRecord is a payment the provider recorded (RecordPayment).
+type PaymentRecord struct {
+	TxnID     string
+	OrderNo   string
+	Amount    int64
+	Currency  string
+	Succeeded bool
+}
+
+// PaymentRecords is every payment recorded.
+func (a *API) PaymentRecords() []PaymentRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]PaymentRecord, 0, len(a.byTxn))
+	for _, p := range a.byTxn {
+		out = append(out, PaymentRecord{TxnID: p.TxnID, OrderNo: p.OrderNo, Amount: p.Amount, Currency: p.Currency, Succeeded: p.Status == "succeeded"})
+	}
+	return out
+}
+
 // Wait waits for the refund callbacks sent so far.
 func (a *API) Wait() { a.sent.Wait() }
 
@@ -131,6 +181,9 @@ func (a *API) refund(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "Idempotency-Key is required")
 		return
 	}
+	a.mu.Lock()
+	a.calls[key]++
+	a.mu.Unlock()
 	var req refundRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()

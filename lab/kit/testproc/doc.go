@@ -7,6 +7,7 @@
 package testproc
 
 import (
+	"net"
 	"os"
 	"strings"
 )
@@ -22,4 +23,16 @@ func Env(settings ...string) []string {
 		}
 	}
 	return append(out, settings...)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// child process that must be told its port (a server that cannot report
+// the one it bound).
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

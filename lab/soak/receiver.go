@@ -1,0 +1,88 @@
+package soak
+
+import (
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/paysvc/paysvc/client"
+)
+
+// Receiver modes: the nemesis makes the merchant's endpoint fail.
+const (
+	receiverOK   int32 = iota
+	receiver500        // answers 500 without processing
+	receiverHang       // holds the request past paysvc's notify timeout
+)
+
+// receiver is the merchants' webhook endpoint: it verifies each delivery
+// (package client's Verifier) and records it by webhook-id.
+type receiver struct {
+	verifier *client.Verifier
+	hang     time.Duration
+	mode     atomic.Int32
+
+	mu       sync.Mutex
+	got      map[string]Received
+	badSig   int
+	refused  int
+	answered int
+}
+
+func newReceiver(v *client.Verifier, hang time.Duration) *receiver {
+	return &receiver{verifier: v, hang: hang, got: map[string]Received{}}
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "unreadable", http.StatusBadRequest)
+		return
+	}
+	switch r.mode.Load() {
+	case receiver500:
+		r.mu.Lock()
+		r.refused++
+		r.mu.Unlock()
+		http.Error(w, "the merchant's endpoint is failing", http.StatusInternalServerError)
+		return
+	case receiverHang:
+		r.mu.Lock()
+		r.refused++
+		r.mu.Unlock()
+		select {
+		case <-time.After(r.hang):
+		case <-req.Context().Done():
+		}
+		http.Error(w, "too late", http.StatusServiceUnavailable)
+		return
+	}
+	ev, err := r.verifier.VerifyEvent(req.Header, body)
+	if err != nil {
+		r.mu.Lock()
+		r.badSig++
+		r.mu.Unlock()
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	r.mu.Lock()
+	g := r.got[ev.ID]
+	g.Type, g.OrderNo = string(ev.Type), ev.Data.Order.OrderNo
+	g.Deliveries++
+	r.got[ev.ID] = g
+	r.answered++
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *receiver) snapshot() map[string]Received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]Received, len(r.got))
+	for k, v := range r.got {
+		out[k] = v
+	}
+	return out
+}
