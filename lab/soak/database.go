@@ -25,6 +25,10 @@ type database interface {
 	nodes() int
 	kill(ctx context.Context, node int) error
 	start(ctx context.Context, node int) error
+	// isolate cuts node off from the others (on) or heals it (off): it
+	// keeps running and answering, but refuses every statement (1047)
+	// while it is not in the primary component.
+	isolate(ctx context.Context, node int, on bool) error
 	close() error
 }
 
@@ -52,7 +56,10 @@ func (s *singleDB) name() string                     { return s.db }
 func (s *singleDB) nodes() int                       { return 0 }
 func (s *singleDB) kill(context.Context, int) error  { return fmt.Errorf("single: no node to kill") }
 func (s *singleDB) start(context.Context, int) error { return nil }
-func (s *singleDB) close() error                     { return dropDatabase(s.addr, s.db) }
+func (s *singleDB) isolate(context.Context, int, bool) error {
+	return fmt.Errorf("single: no node to isolate")
+}
+func (s *singleDB) close() error { return dropDatabase(s.addr, s.db) }
 func dsnFor(addr, dbName string, params string) string {
 	return "root:@tcp(" + addr + ")/" + dbName + params
 }
@@ -140,6 +147,24 @@ func (g *galeraDB) start(ctx context.Context, node int) error {
 	out, err := g.run(ctx, 5*time.Minute, "start", fmt.Sprint(node+1))
 	if err != nil {
 		return fmt.Errorf("galera.sh start %d: %w\n%s", node+1, err, out)
+	}
+	return nil
+}
+
+func (g *galeraDB) isolate(ctx context.Context, node int, on bool) error {
+	conn, err := sql.Open("mysql", "root:@tcp("+g.target(node)+")/?timeout=3s")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v := 0
+	if on {
+		v = 1
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=%d'", v)); err != nil {
+		return fmt.Errorf("galera node %d: gmcast.isolate=%d: %w", node+1, v, err)
 	}
 	return nil
 }

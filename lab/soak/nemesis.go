@@ -106,6 +106,25 @@ func (n *nemesis) inject(ctx context.Context, kind string) {
 		// uses node N) die together and start again together, the
 		// instance while its node is still down or rejoining.
 		node := n.rng.IntN(s.db.nodes())
+		if n.rng.IntN(2) == 0 {
+			// Or the machine is cut off from the others, and its instance
+			// restarted meanwhile: the node answers, and refuses every
+			// statement until it is back in the primary component.
+			f.Target = fmt.Sprintf("galera node %d partitioned, %s restarted meanwhile", node+1, s.serves[node].name)
+			if err = s.db.isolate(bg, node, true); err == nil {
+				s.serves[node].stop(syscall.SIGKILL, 0)
+				hold(ctx, n.between(time.Second, 3*time.Second))
+				err = s.serves[node].start()
+				hold(ctx, n.between(2*time.Second, 6*time.Second))
+				if ierr := s.db.isolate(bg, node, false); err == nil {
+					err = ierr
+				}
+				if serr := s.db.start(bg, node); err == nil { // waits until Synced
+					err = serr
+				}
+			}
+			break
+		}
 		f.Target = fmt.Sprintf("galera node %d with %s", node+1, s.serves[node].name)
 		s.serves[node].stop(syscall.SIGKILL, 0)
 		if err = s.db.kill(bg, node); err == nil {

@@ -68,7 +68,7 @@ func (p *proc) start() error {
 		_ = f.Close()
 		p.mu.Lock()
 		if !p.stopping {
-			p.exits = append(p.exits, fmt.Sprintf("%s exited by itself: %v (log: %s)", p.name, err, p.logPath))
+			p.exits = append(p.exits, fmt.Sprintf("%s exited by itself: %v: %s (log: %s)", p.name, err, lastLine(p.logPath), p.logPath))
 		}
 		p.mu.Unlock()
 		close(done)
@@ -236,4 +236,18 @@ func scanServeLog(path string) (n500 int, panics []string, err error) {
 		return n500, nil, err
 	}
 	return n500, testproc.Panics(text.String()), nil
+}
+
+// lastLine is the last line of the file at path, at most 300 bytes of it.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 300 {
+		l = l[:300]
+	}
+	return l
 }
