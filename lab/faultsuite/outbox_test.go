@@ -97,7 +97,7 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	claimed := d.Count(t, `SELECT COUNT(*) FROM events WHERE claim IS NOT NULL`)
+	claimed := d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE claim IS NOT NULL`)
 	procs[0].Kill(t)
 	t.Logf("relay-1 SIGKILLed after %d deliveries, %d events claimed at that moment", received(), claimed)
 
