@@ -13,8 +13,9 @@
 -- request_hash is the first 8 bytes of the request's SHA-256 fingerprint:
 -- it only tells one client's requests under one of its keys apart (another
 -- request is a 422), so only that client could aim a collision, at itself.
--- status: 1 = PROCESSING (owner + lease_until set), 2 = COMPLETED (response_*
--- set, owner and lease_until NULL, so a finished row carries no lease bytes).
+-- status: 1 = PROCESSING (seen only by the transaction of its claim, which
+-- commits the record COMPLETED), 2 = COMPLETED (response_* set), 3 = ISSUED
+-- (a token not used yet).
 -- response_format names the Content-Type (low 4 bits) and how response
 -- holds Location and body (high 4 bits: 0 plain, 1 deflated with a preset
 -- dictionary); see internal/idempotency/encoding.go. expires_at is creation
@@ -27,8 +28,6 @@ CREATE TABLE idempotency_records (
   key_hash        BINARY(12)       NOT NULL,
   request_hash    BINARY(8)        NOT NULL,
   status          TINYINT UNSIGNED NOT NULL,
-  owner           BINARY(16)       NULL,
-  lease_until     DATETIME(6)      NULL,
   response_status SMALLINT UNSIGNED NULL,
   response_format TINYINT UNSIGNED NULL,
   response        BLOB             NULL,

@@ -24,8 +24,8 @@ func (t *tour) printIdempotencyOutcomes(ctx context.Context) {
 	for _, n := range byOutcome {
 		total += n
 	}
-	fmt.Fprintf(t.out, "\npaysvc idempotency outcomes (all endpoints, GET /metrics): first %.0f, replayed %.0f, in_flight %.0f, conflict %.0f, taken_over %.0f",
-		byOutcome["first"], byOutcome["replayed"], byOutcome["in_flight"], byOutcome["conflict"], byOutcome["taken_over"])
+	fmt.Fprintf(t.out, "\npaysvc idempotency outcomes (all endpoints, GET /metrics): first %.0f, replayed %.0f, in_flight %.0f, conflict %.0f",
+		byOutcome["first"], byOutcome["replayed"], byOutcome["in_flight"], byOutcome["conflict"])
 	if total > 0 {
 		fmt.Fprintf(t.out, "; replay rate %.1f%%", 100*byOutcome["replayed"]/total)
 	}

@@ -19,8 +19,9 @@ func newPrecheck(cfg config.Config, namespace string, opTimeout time.Duration, m
 		return nil, nil
 	}
 	c, err := precheck.New(cfg.RedisURL, precheck.Options{
-		// An in-flight marker need not outlive the lease: past it MySQL
-		// lets a take-over run, and Redis must not answer 409 longer.
+		// An in-flight marker need not outlive the lease: past it the
+		// holder's transaction is cut off and its key free in MySQL, and
+		// Redis must not answer 409 longer.
 		InFlightTTL:    min(2*time.Second, cfg.Lease),
 		RejectInFlight: mode == idempotency.Reject,
 		Namespace:      namespace,

@@ -64,17 +64,7 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(jobs) == 0 {
-			return nil
-		}
-		args := make([]any, 0, 2+len(jobs))
-		args = append(args, leaseEnd.UTC(), token[:])
-		for _, j := range jobs {
-			args = append(args, j.ID)
-		}
-		_, err = db.Exec(ctx, tx, `UPDATE events SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
-			strings.Repeat(",?", len(jobs)-1)+`)`, args...)
-		return err
+		return outbox.MarkClaimed(ctx, tx, "events", jobs, leaseEnd, token)
 	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)

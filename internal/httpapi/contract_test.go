@@ -1127,7 +1127,6 @@ func TestContractIdempotencyMetrics(t *testing.T) {
 		{create, "missing_key", 1},
 		{create, "invalid_key", 1},
 		{create, "in_flight", 0},
-		{create, "taken_over", 0},
 		{cancel, "conflict", 1},
 		{cancel, "first", 0},
 	}

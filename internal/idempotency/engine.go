@@ -1,16 +1,11 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -18,137 +13,6 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 )
-
-// Sentinel errors; the HTTP layer maps them to problem codes in one table.
-var (
-	// ErrKeyReused: the key is bound to a different request (422).
-	ErrKeyReused = errors.New("idempotency key reused with a different request")
-	// ErrInFlight: the first request with this key is still running (409).
-	// Errors wrapping it are *InFlightError and carry a Retry-After.
-	ErrInFlight = errors.New("idempotency key in use by a request still running")
-)
-
-// InFlightError is ErrInFlight with the delay a client should wait.
-type InFlightError struct{ RetryAfter time.Duration }
-
-func (e *InFlightError) Error() string {
-	return fmt.Sprintf("%v (retry after %v)", ErrInFlight, e.RetryAfter)
-}
-
-// Is makes errors.Is(err, ErrInFlight) true.
-func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
-
-// RetryAfterSeconds is the whole-second value of the Retry-After header.
-func (e *InFlightError) RetryAfterSeconds() int {
-	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
-}
-
-// ExecError is a failure of the business transaction: the function's own
-// error (a business refusal that is not stored, or a fault), with where it
-// happened. The claim was rolled back with the transaction: the key is
-// free.
-type ExecError struct {
-	Key     string
-	Attempt int
-	Err     error
-}
-
-func (e *ExecError) Error() string {
-	return fmt.Sprintf("execute key %q (attempt %d): %v", e.Key, e.Attempt, e.Err)
-}
-
-func (e *ExecError) Unwrap() error { return e.Err }
-
-// InFlightMode says what a duplicate of a running request gets.
-type InFlightMode int
-
-const (
-	// Reject answers at once with ErrInFlight.
-	Reject InFlightMode = iota
-	// Wait polls until the first request finishes, up to Options.InFlightWait.
-	Wait
-)
-
-// Request identifies one idempotent execution.
-type Request struct {
-	// Scope namespaces keys: MerchantScope or CallbackScope.
-	Scope       string
-	Key         string
-	Fingerprint Fingerprint
-	// TTL is the window: how long the record, and so the replay, lives.
-	TTL time.Duration
-	// Token: Key is a server-issued token (IsToken), valid only if issued
-	// to Scope and not expired (token.go).
-	Token bool
-}
-
-// MerchantScope is the scope of a merchant's Idempotency-Key.
-func MerchantScope(merchantID string) string { return "m:" + merchantID }
-
-// CallbackScope is the scope of a provider's derived callback keys.
-func CallbackScope(provider string) string { return "p:" + provider }
-
-// Response is what is stored and replayed byte for byte.
-type Response struct {
-	Status      int
-	ContentType string
-	Location    string
-	Body        []byte
-}
-
-// Outcome says how a request was answered; it is a metrics label value.
-type Outcome string
-
-// Outcomes of Do that return a response.
-const (
-	OutcomeFirst     Outcome = "first"
-	OutcomeReplayed  Outcome = "replayed"
-	OutcomeTakenOver Outcome = "taken_over"
-)
-
-// Result is the answer to a request.
-type Result struct {
-	Response Response
-	Outcome  Outcome
-	// ExpiresAt is when the key's record ends, if known (zero if not): a
-	// cache of the response must not outlive it, or it would replay a key
-	// the window has made new.
-	ExpiresAt time.Time
-}
-
-// Replayed reports whether the response is a stored one.
-func (r Result) Replayed() bool { return r.Outcome == OutcomeReplayed }
-
-// Func is the business work of a request. It runs inside tx and returns the
-// response to store with it; it must not commit, and may run more than once
-// if the transaction is retried after a deadlock. A returned error, or a
-// status of 500 or more, rolls everything back and frees the key.
-type Func func(ctx context.Context, tx *gorm.DB) (Response, error)
-
-// UnavailableError: the database could not do the request's work in time —
-// no pooled connection came free, the server was out of reach, or a
-// conflict (deadlock, lock wait, Galera certification) kept failing after
-// jittered retries until the request timeout. Nothing was stored; the
-// claim was rolled back with the transaction (by the server, when it sees
-// a lost connection close): the client retries after RetryAfter and the
-// request runs anew.
-type UnavailableError struct {
-	Key        string
-	RetryAfter time.Duration
-	Err        error
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("key %q: %v: %v", e.Key, db.ErrUnavailable, e.Err)
-}
-
-// Unwrap makes errors.Is(err, db.ErrUnavailable) true and keeps the cause.
-func (e *UnavailableError) Unwrap() []error { return []error{db.ErrUnavailable, e.Err} }
-
-// RetryAfterSeconds is the whole-second value of the Retry-After header.
-func (e *UnavailableError) RetryAfterSeconds() int {
-	return max(1, int(math.Ceil(e.RetryAfter.Seconds())))
-}
 
 // Options tune an Engine; zero values take config.Defaults, or the
 // defaults in parentheses for what is not configured.
@@ -351,31 +215,6 @@ func (c *conflicts) pause(ctx context.Context) bool {
 	return sleep(ctx, d) == nil
 }
 
-// classify turns a database fault into an *UnavailableError and leaves
-// every other error as it is. An error that ends a request whose time ran
-// out is the deadline's doing, whatever the driver called it: the
-// connection was closed under a statement (by the driver at the deadline,
-// or by the AfterFunc of execute between statements), and what the next
-// read on it reports depends on where the cut fell. Nothing committed
-// (failed settled that), so the client may retry: 503, never 500.
-func (e *Engine) classify(ctx context.Context, req Request, err error) error {
-	if err == nil || errors.Is(err, ErrKeyReused) || errors.Is(err, ErrInFlight) {
-		return err
-	}
-	if !db.IsUnavailable(err) && ctx.Err() == nil {
-		return err
-	}
-	return e.unavailable(req, err)
-}
-
-func (e *Engine) unavailable(req Request, err error) error {
-	var ue *UnavailableError
-	if errors.As(err, &ue) {
-		return err
-	}
-	return &UnavailableError{Key: req.Key, RetryAfter: e.opts.RetryAfter, Err: err}
-}
-
 // roundState is how one round ended.
 type roundState int
 
@@ -388,10 +227,9 @@ const (
 // round tries to claim the key and, if another request has it, acts on its
 // record: 2 round trips for a replay (START TRANSACTION + INSERT → 1062;
 // ROLLBACK + SELECT). A probe round (a waiting duplicate's poll) reads the
-// record first and claims only if there is none: 1 statement per poll
-// while the holder runs, if the holder's record is committed (a take-over
-// candidate); a holder's claim is not committed, so a poll usually claims
-// and waits on the holder's row lock, for at most db.LockWaitTimeout.
+// record first and claims only if there is none; a holder's claim is not
+// committed, so a poll usually claims and waits on the holder's row lock,
+// for at most db.LockWaitTimeout.
 func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, probe bool, cs *conflicts) (Result, roundState, error) {
 	now := e.opts.Now().UTC()
 	if probe {
@@ -402,22 +240,21 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		case req.Token && (!found || !rec.expiresAt.After(now)):
 			return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrTokenInvalid)
 		case found && rec.status != statusIssued:
-			return e.decide(ctx, conn, req, id, fn, rec, now, cs)
+			return e.decide(ctx, conn, req, id, rec, now)
 		}
 	}
-	o := newOwner()
 	begin := beginClaim
 	if req.Token {
 		begin = beginTokenClaim
 	}
-	claim, err := begin(ctx, conn, req, id, o, now, now.Add(e.opts.Lease))
+	claim, err := begin(ctx, conn, req, id, now)
 	switch {
 	case err != nil:
 		// Whatever the INSERT did is undone with its transaction.
 		rollback(ctx, conn)
 		return Result{}, answered, err
 	case claim == claimWon:
-		res, st, err := e.execute(ctx, conn, req, id, o, OutcomeFirst, fn, cs)
+		res, st, err := e.execute(ctx, conn, req, id, fn, cs)
 		if !req.Token && res.Outcome == OutcomeFirst {
 			// A token's record keeps the expiry of its issue, which the
 			// UPDATE did not read: left unknown.
@@ -444,11 +281,11 @@ func (e *Engine) round(ctx context.Context, conn *gorm.DB, req Request, id keyHa
 		// Rolled back or purged since our INSERT waited on it.
 		return Result{}, again, nil
 	}
-	return e.decide(ctx, conn, req, id, fn, rec, now, cs)
+	return e.decide(ctx, conn, req, id, rec, now)
 }
 
 // decide acts on the record another request committed for the key.
-func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, rec record, now time.Time, cs *conflicts) (Result, roundState, error) {
+func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyHash, rec record, now time.Time) (Result, roundState, error) {
 	switch {
 	case !rec.expiresAt.After(now):
 		// The window is over: the key is new, even before purge runs.
@@ -459,51 +296,15 @@ func (e *Engine) decide(ctx context.Context, conn *gorm.DB, req Request, id keyH
 			return Result{}, inFlight, nil
 		}
 		return Result{}, again, err
-	case rec.status == statusProcessing && !rec.leaseUntil.After(now):
-		// Fall through to the take-over. The holder is presumed dead, and a
-		// dead holder stored nothing, so the key is bound to no request any
-		// more — whatever this one asks, as after a 5xx: the take-over
-		// rebinds the key to this request's fingerprint, which is why this
-		// is checked before the fingerprint.
 	case rec.hash != req.Fingerprint.storedArray():
 		return Result{}, answered, fmt.Errorf("key %q: %w", req.Key, ErrKeyReused)
 	case rec.status == statusCompleted:
 		return Result{Response: rec.response, Outcome: OutcomeReplayed, ExpiresAt: rec.expiresAt}, answered, nil
-	default:
-		return Result{}, inFlight, nil
 	}
-	// Take-over. A committed PROCESSING record is one this engine never
-	// leaves (its claim commits only with the response), but an engine
-	// that commits its claim first (docs/DESIGN.md, "The claim opens the
-	// business transaction") does, and a record whose lease ran
-	// out is one whose holder died: the database rolled its transaction
-	// back, and nothing of it committed, since its business rows commit
-	// only with its fence. beginTakeOver names the old owner and re-checks
-	// lease_until in its WHERE, so of concurrent takers exactly one matches
-	// and holds the row until it commits; the others go round again. An
-	// old-style slow holder that reaches its fence afterwards names its own
-	// owner, matches no row and rolls back.
-	//
-	// The window does not move: the take-over leaves expires_at as the
-	// first claim set it, so a key's window always counts from its first
-	// request, and a stuck key cannot keep itself alive by being taken
-	// over.
-	o := newOwner()
-	won, err := beginTakeOver(ctx, conn, req, id, rec.owner, o, now, now.Add(e.opts.Lease))
-	if err != nil || !won {
-		rollback(ctx, conn)
-		if db.IsLockWaitTimeout(err) {
-			// Another taker holds the row and is running: in flight.
-			return Result{}, inFlight, nil
-		}
-		return Result{}, again, err
-	}
-	e.opts.Logger.WarnContext(ctx, "idempotency lease taken over", "scope", req.Scope, "key", req.Key)
-	res, st, err := e.execute(ctx, conn, req, id, o, OutcomeTakenOver, fn, cs)
-	if res.Outcome != "" {
-		res.ExpiresAt = rec.expiresAt
-	}
-	return res, st, err
+	// A claim commits only with its response, so no other state is ever
+	// committed under a request's key; one that is (a row written by
+	// hand) is answered in flight, never run again.
+	return Result{}, inFlight, nil
 }
 
 // errFenceMissed: the response's UPDATE changed no row although this
@@ -513,13 +314,13 @@ var errFenceMissed = errors.New("BUG: the response did not fence the claim this 
 
 // execute runs fn in the transaction the claim opened on conn and commits
 // it with the stored response. It is bounded by the lease, so that a
-// holder stops before an engine that commits its claims could take it
-// over. Whatever fails rolls the transaction back, claim included: the key
+// holder that stalls cannot keep its key, and the duplicates waiting on
+// it, past that. Whatever fails rolls the transaction back, claim included: the key
 // is free again at once, with nothing to release. A conflict (1213
 // deadlock or Galera certification failure, 1205 lock wait timeout) rolled
 // everything back too; the round is run again, claim and all, after a
 // jittered backoff while the request's deadline leaves room.
-func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, outcome Outcome, fn Func, cs *conflicts) (Result, roundState, error) {
+func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id keyHash, fn Func, cs *conflicts) (Result, roundState, error) {
 	txCtx, cancel := context.WithTimeout(ctx, e.opts.Lease)
 	defer cancel()
 	// If txCtx ends while fn stalls between statements, there is no
@@ -546,7 +347,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		if r.Status >= 500 {
 			return fmt.Errorf("business answered %d", r.Status)
 		}
-		if err := fence(txCtx, conn, e.codec, req, id, o, r); err != nil {
+		if err := fence(txCtx, conn, e.codec, req, id, r); err != nil {
 			return err
 		}
 		if e.opts.BeforeCommit != nil {
@@ -561,7 +362,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 		return nil
 	}()
 	if err == nil {
-		return Result{Response: resp, Outcome: outcome}, answered, nil
+		return Result{Response: resp, Outcome: OutcomeFirst}, answered, nil
 	}
 	if !co.disarm() {
 		rollback(txCtx, conn)
@@ -576,158 +377,7 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 	if db.IsRetryable(err) && txCtx.Err() == nil && cs.pause(txCtx) {
 		return Result{}, again, nil
 	}
-	return e.failed(ctx, req, id, resp, outcome, cs.n+1, err)
-}
-
-// cutoff closes a connection when a context ends, and keeps everyone else
-// off the connection while it does: database/sql's Conn does not survive
-// being closed by one goroutine while another starts a statement on it. A
-// statement that passes the Conn's "done" check just before the close
-// takes its lock just after it with a nil driver connection and panics in
-// execDC (seen once in the Galera suite, when the lease ran out as a
-// statement failed); the same window panics the cut-off's own Raw when a
-// statement's driver.ErrBadConn closes the Conn. Every statement of the
-// execution therefore goes through conn, whose statements hold mu's read
-// lock, and the cut-off closes the connection under the write lock
-// (TestLeaseCutOffNeverPanics).
-type cutoff struct {
-	conn  *gorm.DB // the connection, for every statement of the execution
-	mu    sync.RWMutex
-	stop  func() bool
-	done  chan struct{}
-	over  bool
-	fired bool
-}
-
-func cutOffAt(ctx context.Context, conn *gorm.DB) *cutoff {
-	c := &cutoff{done: make(chan struct{}), conn: conn}
-	if pool, ok := conn.Statement.ConnPool.(*sql.Conn); ok {
-		c.conn = conn.WithContext(conn.Statement.Context)
-		c.conn.Statement.ConnPool = guardedConn{conn: pool, mu: &c.mu}
-	}
-	c.stop = context.AfterFunc(ctx, func() {
-		defer close(c.done)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		discard(conn)
-	})
-	return c
-}
-
-// guardedConn is a connection whose statements exclude the cut-off's close.
-type guardedConn struct {
-	conn *sql.Conn
-	mu   *sync.RWMutex
-}
-
-func (g guardedConn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.conn.PrepareContext(ctx, query)
-}
-
-func (g guardedConn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.conn.ExecContext(ctx, query, args...)
-}
-
-func (g guardedConn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.conn.QueryContext(ctx, query, args...)
-}
-
-func (g guardedConn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.conn.QueryRowContext(ctx, query, args...)
-}
-
-// disarm stops the cut-off, or waits until it has closed the connection;
-// it reports whether it did, in which case the connection must not be used
-// (the server rolls its transaction back).
-func (c *cutoff) disarm() bool {
-	if !c.over {
-		c.over = true
-		if !c.stop() {
-			<-c.done
-			c.fired = true
-		}
-	}
-	return c.fired
-}
-
-// rollback ends conn's transaction, or, if it cannot, has database/sql
-// discard the connection (a driver.ErrBadConn from Raw does that), never
-// handing it back to the pool inside a transaction. It runs on a short
-// context of its own, so that a request whose deadline has passed still
-// frees its locks at once instead of when the server notices.
-func rollback(ctx context.Context, conn *gorm.DB) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
-	defer cancel()
-	if _, err := db.Exec(ctx, conn, "ROLLBACK"); err == nil {
-		return
-	}
-	discard(conn)
-}
-
-// discard has database/sql close conn's connection instead of pooling it.
-func discard(conn *gorm.DB) {
-	pool := conn.Statement.ConnPool
-	if g, ok := pool.(guardedConn); ok {
-		pool = g.conn
-	}
-	if c, ok := pool.(*sql.Conn); ok {
-		_ = c.Raw(func(any) error { return driver.ErrBadConn })
-	}
-}
-
-// failed settles a request whose transaction did not commit, or whose
-// COMMIT's answer was lost, and returns what the client gets. There is no
-// claim to release: it was part of the transaction.
-func (e *Engine) failed(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome, attempt int, err error) (Result, roundState, error) {
-	if resp.Status != 0 {
-		// Everything ran; only the batch of response and COMMIT failed,
-		// and a COMMIT whose connection dropped may have succeeded on the
-		// server.
-		var (
-			res     Result
-			settled bool
-		)
-		e.cleanup(ctx, func(ctx context.Context) { res, settled = e.committedAnyway(ctx, req, id, resp, outcome) })
-		if settled {
-			return res, answered, nil
-		}
-	}
-	return Result{}, answered, &ExecError{Key: req.Key, Attempt: attempt, Err: err}
-}
-
-// committedAnyway reads the record on the reserve pool (the request's own
-// connection is gone), with a locking read so that a COMMIT still running
-// on the server is waited for instead of read around. If the record is
-// COMPLETED for this request, the commit went through: answer with what
-// was stored (this request's own response, unless another holder's
-// committed first), instead of a 5xx that would contradict the stored
-// outcome.
-func (e *Engine) committedAnyway(ctx context.Context, req Request, id keyHash, resp Response, outcome Outcome) (Result, bool) {
-	rec, found, err := load(ctx, e.reserve, e.codec, req, id, sqlLoadLocking)
-	if err != nil || !found || rec.status != statusCompleted || rec.hash != req.Fingerprint.storedArray() {
-		return Result{}, false
-	}
-	if rec.response.Status != resp.Status || !bytes.Equal(rec.response.Body, resp.Body) {
-		outcome = OutcomeReplayed
-	}
-	return Result{Response: rec.response, Outcome: outcome, ExpiresAt: rec.expiresAt}, true
-}
-
-// cleanup runs fn with cleanupBudget of its own, even if the request's
-// context is done: a client that hung up or a request that timed out must
-// still be answered with what the database holds.
-func (e *Engine) cleanup(ctx context.Context, fn func(ctx context.Context)) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupBudget)
-	defer cancel()
-	fn(ctx)
+	return e.failed(ctx, req, id, resp, cs.n+1, err)
 }
 
 // jitter spreads d over [d/2, 3d/2) so that conflicting transactions

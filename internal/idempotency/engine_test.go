@@ -13,12 +13,13 @@ import (
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
-// processing inserts a PROCESSING record as a holder that died would leave.
-func processing(t *testing.T, gdb *gorm.DB, key string, hash idempotency.Fingerprint, leaseUntil, now time.Time) {
+// processing commits a PROCESSING record, which the engine itself never
+// commits (a claim commits only with its response): written by hand.
+func processing(t *testing.T, gdb *gorm.DB, key string, hash idempotency.Fingerprint, now time.Time) {
 	t.Helper()
 	// db.Exec, not gorm's Exec: gorm would spread a []byte right after "(" into a list.
-	_, err := db.Exec(context.Background(), gdb, `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
-		VALUES (?, ?, 1, ?, ?, ?)`, idempotency.KeyHash("m:acme", key), hash[:8], make([]byte, 16), leaseUntil, now.Add(time.Hour))
+	_, err := db.Exec(context.Background(), gdb, `INSERT INTO idempotency_records (key_hash, request_hash, status, expires_at)
+		VALUES (?, ?, 1, ?)`, idempotency.KeyHash("m:acme", key), hash[:8], now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,16 +50,10 @@ func TestEngineDecisions(t *testing.T) {
 		wantExecs int
 	}{
 		{"no record: first", func(string) {}, nil, idempotency.OutcomeFirst, 1},
-		{"live lease, same request: in flight", func(k string) { processing(t, d.Gorm, k, mine, now.Add(time.Second), now) },
+		{"committed PROCESSING, same request: in flight", func(k string) { processing(t, d.Gorm, k, mine, now) },
 			idempotency.ErrInFlight, "", 0},
-		{"live lease, other request: reused", func(k string) { processing(t, d.Gorm, k, other, now.Add(time.Second), now) },
+		{"committed PROCESSING, other request: reused", func(k string) { processing(t, d.Gorm, k, other, now) },
 			idempotency.ErrKeyReused, "", 0},
-		{"lease run out, same request: taken over", func(k string) { processing(t, d.Gorm, k, mine, now.Add(-time.Second), now) },
-			nil, idempotency.OutcomeTakenOver, 1},
-		// A dead holder stored nothing: the key is free for any request,
-		// as after a 5xx.
-		{"lease run out, other request: taken over", func(k string) { processing(t, d.Gorm, k, other, now.Add(-time.Second), now) },
-			nil, idempotency.OutcomeTakenOver, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,34 +64,6 @@ func TestDuplicateOfRenewedExpiredKeyIsInFlight(t *testing.T) {
 	}
 }
 
-// TestDuplicateOfTakenOverKeyIsInFlight: the same interleaving on a record
-// a dead holder of an engine that commits its claim first left PROCESSING
-// (docs/DESIGN.md, "The claim opens the business transaction"): B and A both
-// read the record with its lease run out; A takes it over and runs; B's
-// take-over UPDATE then waits on A's row lock. B is a duplicate of a running
-// request: 409, not a 503 for the lock wait timeout (1205).
-func TestDuplicateOfTakenOverKeyIsInFlight(t *testing.T) {
-	t.Parallel()
-	d := dbtest.New(t)
-	r := duel(t, d, "taken-over", func(_ context.Context, _ *idempotency.Engine, req idempotency.Request) {
-		now := time.Now().UTC()
-		processing(t, d.Gorm, req.Key, req.Fingerprint, now.Add(-time.Second), now)
-	}, nil)
-	if r.errA != nil || r.resA.Outcome != idempotency.OutcomeTakenOver {
-		t.Fatalf("A: %+v, %v; want the take-over", r.resA, r.errA)
-	}
-	r.checkB(t)
-	if n := r.execs; n != 1 {
-		t.Errorf("%d executions, want 1", n)
-	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM orders`); n != 1 {
-		t.Errorf("%d orders, want 1", n)
-	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records WHERE status = 2`); n != 1 {
-		t.Errorf("%d COMPLETED records, want 1", n)
-	}
-}
-
 // duelResult is what the two duplicates of duel got.
 type duelResult struct {
 	resA       idempotency.Result

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -36,22 +35,12 @@ func contentTypeCode(ct string) (uint8, error) {
 	return 0, fmt.Errorf("content type %q cannot be stored", ct)
 }
 
-type owner [16]byte
-
-func newOwner() owner {
-	var o owner
-	_, _ = rand.Read(o[:])
-	return o
-}
-
 // record is a row read back after a lost claim.
 type record struct {
-	hash       storedFingerprint
-	status     int
-	owner      owner
-	leaseUntil time.Time
-	expiresAt  time.Time
-	response   Response
+	hash      storedFingerprint
+	status    int
+	expiresAt time.Time
+	response  Response
 }
 
 // claim outcomes of beginClaim and beginTokenClaim.
@@ -71,13 +60,13 @@ const (
 // one round trip (docs/DESIGN.md, "Batches only where nothing can be aborted
 // in between"). lab/cmd/bench sends the same text.
 const (
-	sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?)`
-	sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+	sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, expires_at)
+		 VALUES (?, ?, ?, ?)`
+	sqlLoad = `SELECT request_hash, status, expires_at, response_status, response_format, response
 		   FROM idempotency_records WHERE key_hash = ?`
 	sqlFence = `UPDATE idempotency_records
-		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
-		  WHERE key_hash = ? AND owner = ? AND status = ?`
+		    SET status = ?, response_status = ?, response_format = ?, response = ?
+		  WHERE key_hash = ? AND status = ?`
 	// sqlBeginClaim opens the request's transaction with its claim.
 	sqlBeginClaim = "START TRANSACTION; " + sqlClaim
 	// sqlRollbackLoad ends a lost claim's empty transaction and reads the
@@ -94,9 +83,9 @@ const (
 // TRANSACTION ran: a claim that was not won leaves an empty transaction
 // open, which the caller ends with the ROLLBACK its read of the winner
 // starts with (sqlRollbackLoad).
-func beginClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
+func beginClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, now time.Time) (claimResult, error) {
 	_, err := db.ExecBatch(ctx, conn, sqlBeginClaim,
-		id[:], req.Fingerprint.stored(), statusProcessing, o[:], leaseUntil, now.Add(req.TTL))
+		id[:], req.Fingerprint.stored(), statusProcessing, now.Add(req.TTL))
 	return claimOutcome(req, err)
 }
 
@@ -123,12 +112,11 @@ func claimOutcome(req Request, err error) (claimResult, error) {
 // claim and its COMMIT) and then sees what it committed.
 func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, query string) (rec record, found bool, err error) {
 	var (
-		hash, ownerB, blob []byte
-		leaseUntil         sql.NullTime
-		respStatus         sql.NullInt32
-		format             sql.NullInt32
+		hash, blob []byte
+		respStatus sql.NullInt32
+		format     sql.NullInt32
 	)
-	err = db.QueryRow(ctx, gdb, query, id[:]).Scan(&hash, &rec.status, &ownerB, &leaseUntil, &rec.expiresAt, &respStatus, &format, &blob)
+	err = db.QueryRow(ctx, gdb, query, id[:]).Scan(&hash, &rec.status, &rec.expiresAt, &respStatus, &format, &blob)
 	if errors.Is(err, sql.ErrNoRows) {
 		return record{}, false, nil
 	}
@@ -136,30 +124,12 @@ func load(ctx context.Context, gdb *gorm.DB, c *Codec, req Request, id keyHash, 
 		return record{}, false, fmt.Errorf("read key %q: %w", req.Key, err)
 	}
 	copy(rec.hash[:], hash)
-	copy(rec.owner[:], ownerB)
-	rec.leaseUntil = leaseUntil.Time
 	if rec.status == statusCompleted {
 		if rec.response, err = c.Decode(int(respStatus.Int32), uint8(format.Int32), blob); err != nil {
 			return record{}, false, fmt.Errorf("read key %q: %w", req.Key, err)
 		}
 	}
 	return rec, true, nil
-}
-
-// beginTakeOver opens the request's transaction by moving an expired
-// lease from old to o, binding the key to req's fingerprint; of concurrent
-// takers the one whose UPDATE matches the old owner wins and holds the row
-// until it commits. Not won, the empty transaction is left open for the
-// caller to end, as beginClaim leaves it.
-func beginTakeOver(ctx context.Context, conn *gorm.DB, req Request, id keyHash, old, o owner, now, leaseUntil time.Time) (bool, error) {
-	n, err := db.ExecBatch(ctx, conn,
-		`START TRANSACTION; UPDATE idempotency_records SET owner = ?, lease_until = ?, request_hash = ?
-		  WHERE key_hash = ? AND status = ? AND owner = ? AND lease_until <= ?`,
-		o[:], leaseUntil, req.Fingerprint.stored(), id[:], statusProcessing, old[:], now)
-	if err != nil {
-		return false, fmt.Errorf("take over key %q: %w", req.Key, err)
-	}
-	return n[1] == 1, nil
 }
 
 // deleteExpired removes a record whose window is over, so the key can be
@@ -173,19 +143,19 @@ func deleteExpired(ctx context.Context, gdb *gorm.DB, req Request, id keyHash, n
 	return nil
 }
 
-// fence stores the response inside the business transaction only if o
-// still holds the claim. The claim (or take-over, or token claim) that
-// opened this transaction holds the row's lock, so on one server it cannot
-// miss; on a multi-primary cluster a brute-force abort rolls the whole
+// fence stores the response inside the business transaction, on the
+// record its claim left PROCESSING. The claim (or token claim) that opened
+// this transaction holds the row's lock, so on one server it cannot miss;
+// on a multi-primary cluster a brute-force abort rolls the whole
 // transaction back, and this statement, sent on its own, then fails with
 // 1213 instead of matching nothing. A miss is reported as the bug it
 // would be (errFenceMissed) and the transaction rolled back.
-func fence(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, o owner, resp Response) error {
+func fence(ctx context.Context, tx *gorm.DB, c *Codec, req Request, id keyHash, resp Response) error {
 	format, blob, err := c.Encode(resp)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}
-	n, err := db.Exec(ctx, tx, sqlFence, statusCompleted, resp.Status, format, blob, id[:], o[:], statusProcessing)
+	n, err := db.Exec(ctx, tx, sqlFence, statusCompleted, resp.Status, format, blob, id[:], statusProcessing)
 	if err != nil {
 		return fmt.Errorf("store response for %q: %w", req.Key, err)
 	}

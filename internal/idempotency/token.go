@@ -23,7 +23,7 @@ import (
 // # A token is an idempotency record, issued early
 //
 // Issuing a token INSERTs the key's idempotency record ahead of time, in a
-// third state, ISSUED (no request bound, no owner, expires_at = issue time +
+// third state, ISSUED (no request bound, expires_at = issue time +
 // PAYSVC_IDEMPOTENCY_TTL). There is no token table and so no second source
 // of truth: what makes a token valid is exactly what makes a key's record
 // exist, and purge removes an expired token like any expired record.
@@ -133,11 +133,11 @@ func (e *Engine) TokenValid(ctx context.Context, scope, key string) (bool, error
 // trip. Its row lock keeps concurrent uses waiting until this transaction
 // ends; if it rolls back, the record is ISSUED again and the client's retry
 // finds its token.
-func beginTokenClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, o owner, now, leaseUntil time.Time) (claimResult, error) {
+func beginTokenClaim(ctx context.Context, conn *gorm.DB, req Request, id keyHash, now time.Time) (claimResult, error) {
 	n, err := db.ExecBatch(ctx, conn,
-		`START TRANSACTION; UPDATE idempotency_records SET status = ?, owner = ?, lease_until = ?, request_hash = ?
+		`START TRANSACTION; UPDATE idempotency_records SET status = ?, request_hash = ?
 		  WHERE key_hash = ? AND status = ? AND expires_at > ?`,
-		statusProcessing, o[:], leaseUntil, req.Fingerprint.stored(), id[:], statusIssued, now)
+		statusProcessing, req.Fingerprint.stored(), id[:], statusIssued, now)
 	if err == nil && n[1] == 0 {
 		return claimExists, nil
 	}

@@ -13,7 +13,7 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 	// IdempotencyRequests{endpoint,outcome}: outcome is first, replayed,
-	// in_flight, conflict, taken_over, missing_key or invalid_key. The
+	// in_flight, conflict, missing_key or invalid_key. The
 	// replay rate is replayed / sum over outcomes.
 	IdempotencyRequests *prometheus.CounterVec
 	// Callbacks{provider,type,result}.

@@ -35,7 +35,12 @@ import (
 	"crypto/rand"
 	"math"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
 )
 
 // Token identifies one claim; a queue stores it in the claimed rows and
@@ -146,3 +151,20 @@ func (s Schedule) Decide(j Job, a Attempt, rnd func() float64) Outcome {
 // defaultRand is math/rand/v2's global source: safe for concurrent use and
 // seeded per process, so two relays do not jitter alike.
 func defaultRand() float64 { return mrand.Float64() }
+
+// MarkClaimed ends a queue's Claim: one UPDATE stamps the claimed rows of
+// table (keyed by id) with the lease's end as their next attempt and with
+// the claim's token, inside the claiming transaction tx.
+func MarkClaimed(ctx context.Context, tx *gorm.DB, table string, jobs []Job, leaseEnd time.Time, token Token) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2+len(jobs))
+	args = append(args, leaseEnd.UTC(), token[:])
+	for _, j := range jobs {
+		args = append(args, j.ID)
+	}
+	_, err := db.Exec(ctx, tx, `UPDATE `+table+` SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
+		strings.Repeat(",?", len(jobs)-1)+`)`, args...)
+	return err
+}

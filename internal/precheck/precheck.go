@@ -15,9 +15,8 @@
 // SHA-256 fingerprint:
 //
 //   - done: the response the engine returned, written only after the
-//     engine returned it, so after its COMMIT (a first execution, a
-//     take-over, or a replay read from MySQL, which refills a flushed
-//     cache). It lives at most until the MySQL record's window ends
+//     engine returned it, so after its COMMIT (a first execution, or
+//     a replay read from MySQL, which refills a flushed cache). It lives at most until the MySQL record's window ends
 //     (Result.ExpiresAt) and never longer than MaxCacheTTL, so it never
 //     replays a key that MySQL would treat as new. A request with another
 //     fingerprint is not answered from it (MySQL answers the 422).
@@ -132,8 +131,8 @@ func New(url string, opts Options) (*Checker, error) {
 	// No retries: a command that fails is a miss, and the request goes on
 	// to MySQL at once. rueidis pipelines the commands of all requests
 	// over a couple of connections, so a storm of hundreds of requests
-	// does not queue for a pool or open connections (go-redis did both:
-	// most of a storm's checks then missed their time-out).
+	// does not queue for a pool or open connections (with a pooled
+	// client, most of a storm's checks missed their time-out).
 	ro.DisableRetry = true
 	ro.DisableCache = true      // no client-side caching: entries change under us
 	ro.ForceSingleClient = true // one Redis (no cluster probe); also: a failed first dial is not fatal

@@ -20,7 +20,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -171,16 +170,7 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(jobs) == 0 {
-			return nil
-		}
-		args := []any{leaseEnd.UTC(), token[:]}
-		for _, j := range jobs {
-			args = append(args, j.ID)
-		}
-		_, err = db.Exec(ctx, tx, `UPDATE provider_calls SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
-			strings.Repeat(",?", len(jobs)-1)+`)`, args...)
-		return err
+		return outbox.MarkClaimed(ctx, tx, "provider_calls", jobs, leaseEnd, token)
 	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, fmt.Errorf("claim provider calls: %w", err)

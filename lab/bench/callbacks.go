@@ -102,14 +102,12 @@ const maxAttempts = 3
 
 func rawCallbackFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, ev event) error {
 	now := time.Now().UTC()
-	owner := newOwner()
 	id := idempotency.KeyHash(callbackScope, ev.key)
-	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(ev.data), statusProcessing,
-		owner, now.Add(lease), now.Add(callbackTTL)); err != nil {
+	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(ev.data), statusProcessing, now.Add(callbackTTL)); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
-		fence, err := callbackStatements(ctx, tx, codec, ev, id, owner)
+		fence, err := callbackStatements(ctx, tx, codec, ev, id)
 		if err != nil {
 			return err
 		}
@@ -128,7 +126,7 @@ type sqlRunner interface {
 // the claim and the fence (payment INSERT, order UPDATE, ledger INSERT, the
 // outbox's locking read and event INSERT), and return the fence's
 // arguments: every design of the claim issues the same ones.
-func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, ev event, id, owner []byte) (fence []any, err error) {
+func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, ev event, id []byte) (fence []any, err error) {
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	if _, err := q.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
 		amount, currency, at, at); err != nil {
@@ -149,7 +147,7 @@ func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Cod
 	if err != nil {
 		return nil, err
 	}
-	return []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
+	return []any{statusCompleted, 200, format, blob, id, statusProcessing}, nil
 }
 
 // oneCommitCallbackStatements are a first payment's business statements as
@@ -157,7 +155,7 @@ func callbackStatements(ctx context.Context, q sqlRunner, codec *idempotency.Cod
 // INSERT, the order's UPDATE and the read of the row it left
 // (Transition.ApplyAndGet), ledger INSERT, the order.paid event's INSERT.
 // They return the fence's arguments.
-func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event, id, owner []byte) (fence []any, err error) {
+func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event, id []byte) (fence []any, err error) {
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	if _, err := conn.ExecContext(ctx, sqlInsertPayment, provider, ev.txn, ev.orderNo, "SUCCEEDED", "applied",
 		amount, currency, at, at); err != nil {
@@ -197,7 +195,7 @@ func oneCommitCallbackStatements(ctx context.Context, conn *sql.Conn, codec *ide
 	if err != nil {
 		return nil, err
 	}
-	return []any{statusCompleted, 200, format, blob, id, owner, statusProcessing}, nil
+	return []any{statusCompleted, 200, format, blob, id, statusProcessing}, nil
 }
 
 // inTx runs fn in one transaction, re-running it on deadlock as the engine
@@ -238,7 +236,7 @@ func execOne(ctx context.Context, q sqlRunner, what, query string, args ...any) 
 func rawReplay(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, scope, key string, hash []byte, ttl time.Duration) error {
 	now := time.Now().UTC()
 	id := idempotency.KeyHash(scope, key)
-	_, err := raw.ExecContext(ctx, sqlClaim, id, hash, statusProcessing, newOwner(), now.Add(lease), now.Add(ttl))
+	_, err := raw.ExecContext(ctx, sqlClaim, id, hash, statusProcessing, now.Add(ttl))
 	if err == nil {
 		return errors.New("replay: the claim of a delivered key succeeded")
 	}
@@ -253,12 +251,11 @@ func rawReplay(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, scope
 func loadCompleted(row *sql.Row, codec *idempotency.Codec) error {
 	var (
 		status                 int
-		hashB, owner, blob     []byte
-		leaseUntil             sql.NullTime
+		hashB, blob            []byte
 		expires                time.Time
 		respStatus, respFormat sql.NullInt32
 	)
-	err := row.Scan(&hashB, &status, &owner, &leaseUntil, &expires, &respStatus, &respFormat, &blob)
+	err := row.Scan(&hashB, &status, &expires, &respStatus, &respFormat, &blob)
 	if err != nil {
 		return fmt.Errorf("replay load: %w", err)
 	}

@@ -25,7 +25,6 @@ const (
 	currency    = "EUR"
 	callbackTTL = 72 * time.Hour // config.Defaults().CallbackTTL
 	orderTTL    = 24 * time.Hour // config.Defaults().IdempotencyTTL
-	lease       = 30 * time.Second
 )
 
 // Scopes as idempotency.CallbackScope and idempotency.MerchantScope make them.
@@ -72,13 +71,6 @@ func randomHash(r *rand.Rand) []byte {
 		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
 	return b
-}
-
-// newOwner is the holder token, made as the engine makes it.
-func newOwner() []byte {
-	o := make([]byte, 16)
-	_, _ = crand.Read(o)
-	return o
 }
 
 // callbackKey is the derived key {provider}:{type}:{txn_id}.

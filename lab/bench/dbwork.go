@@ -320,8 +320,8 @@ func oneCommitCallbackOp(raw *sql.DB, codec *idempotency.Codec, supply *orderSup
 
 func oneCommitCallbackFirst(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, ev event) error {
 	id := idempotency.KeyHash(callbackScope, ev.key)
-	return oneCommit(ctx, conn, id, fingerprint(ev.data), callbackTTL, func(owner []byte) ([]any, error) {
-		return oneCommitCallbackStatements(ctx, conn, codec, ev, id, owner)
+	return oneCommit(ctx, conn, id, fingerprint(ev.data), callbackTTL, func() ([]any, error) {
+		return oneCommitCallbackStatements(ctx, conn, codec, ev, id)
 	})
 }
 
@@ -347,8 +347,8 @@ func oneCommitOrderOp(raw *sql.DB, codec *idempotency.Codec) opFunc {
 
 func oneCommitOrderFirst(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, rq orderRequest) error {
 	id := idempotency.KeyHash(merchantScope, rq.key)
-	return oneCommit(ctx, conn, id, fingerprint(rq.body), orderTTL, func(owner []byte) ([]any, error) {
-		return orderStatements(ctx, conn, codec, rq, id, owner)
+	return oneCommit(ctx, conn, id, fingerprint(rq.body), orderTTL, func() ([]any, error) {
+		return orderStatements(ctx, conn, codec, rq, id)
 	})
 }
 
@@ -367,7 +367,7 @@ func withConn(ctx context.Context, raw *sql.DB, fn func(*sql.Conn) error) error 
 // transaction: START TRANSACTION + claim in one round trip, business (which
 // returns the fence's arguments), fence, COMMIT. Like inTx it runs again
 // on deadlock; the claim, rolled back, is made again.
-func oneCommit(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Duration, business func(owner []byte) ([]any, error)) error {
+func oneCommit(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Duration, business func() ([]any, error)) error {
 	for attempt := 1; ; attempt++ {
 		err := oneCommitAttempt(ctx, conn, id, hash, ttl, business)
 		if err == nil || !db.IsRetryable(err) || attempt >= maxAttempts {
@@ -376,14 +376,13 @@ func oneCommit(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Du
 	}
 }
 
-func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Duration, business func(owner []byte) ([]any, error)) error {
+func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl time.Duration, business func() ([]any, error)) error {
 	now := time.Now().UTC()
-	owner := newOwner()
-	if _, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, owner, now.Add(lease), now.Add(ttl)); err != nil {
+	if _, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, now.Add(ttl)); err != nil {
 		rollbackConn(ctx, conn)
 		return fmt.Errorf("begin + claim: %w", err)
 	}
-	fence, err := business(owner)
+	fence, err := business()
 	if err == nil {
 		err = execOne(ctx, conn, "fence", sqlFence, fence...)
 	}
@@ -405,7 +404,7 @@ func oneCommitAttempt(ctx context.Context, conn *sql.Conn, id, hash []byte, ttl 
 func oneCommitReplay(ctx context.Context, conn *sql.Conn, codec *idempotency.Codec, scope, key string, hash []byte, ttl time.Duration) error {
 	now := time.Now().UTC()
 	id := idempotency.KeyHash(scope, key)
-	_, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, newOwner(), now.Add(lease), now.Add(ttl))
+	_, err := db.ExecBatchConn(ctx, conn, sqlBeginClaim, id, hash, statusProcessing, now.Add(ttl))
 	if err == nil || !db.IsDuplicate(err) {
 		rollbackConn(ctx, conn)
 		if err == nil {

@@ -148,25 +148,24 @@ func TestRollbackLoadReturnsRows(t *testing.T) {
 	defer conn.Close()
 	id := idempotency.KeyHash(merchantScope, "k-rollback-load")
 	now := time.Now().UTC()
-	if _, err := conn.ExecContext(ctx, sqlClaim, id, []byte("12345678"), statusProcessing, newOwner(), now.Add(lease), now.Add(orderTTL)); err != nil {
+	if _, err := conn.ExecContext(ctx, sqlClaim, id, []byte("12345678"), statusProcessing, now.Add(orderTTL)); err != nil {
 		t.Fatal(err)
 	}
 	var (
 		status                 int
-		hash, owner, blob      []byte
-		leaseUntil             sql.NullTime
+		hash, blob             []byte
 		expires                time.Time
 		respStatus, respFormat sql.NullInt32
 	)
-	if err := conn.QueryRowContext(ctx, sqlRollbackLoad, id).Scan(&hash, &status, &owner, &leaseUntil, &expires,
+	if err := conn.QueryRowContext(ctx, sqlRollbackLoad, id).Scan(&hash, &status, &expires,
 		&respStatus, &respFormat, &blob); err != nil {
 		t.Fatalf("ROLLBACK; SELECT: %v", err)
 	}
-	if status != statusProcessing || string(hash) != "12345678" || len(owner) != 16 || !leaseUntil.Valid {
-		t.Errorf("read status %d hash %q owner %x lease %v", status, hash, owner, leaseUntil)
+	if status != statusProcessing || string(hash) != "12345678" || expires.IsZero() {
+		t.Errorf("read status %d hash %q expires %v", status, hash, expires)
 	}
 	err = conn.QueryRowContext(ctx, sqlRollbackLoad, idempotency.KeyHash(merchantScope, "absent")).Scan(&hash, &status,
-		&owner, &leaseUntil, &expires, &respStatus, &respFormat, &blob)
+		&expires, &respStatus, &respFormat, &blob)
 	if !errors.Is(err, sql.ErrNoRows) {
 		t.Errorf("absent key: %v, want sql.ErrNoRows", err)
 	}

@@ -46,14 +46,12 @@ func rawOrderOp(raw *sql.DB, codec *idempotency.Codec) opFunc {
 
 func rawOrderFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, rq orderRequest) error {
 	now := time.Now().UTC()
-	owner := newOwner()
 	id := idempotency.KeyHash(merchantScope, rq.key)
-	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(rq.body), statusProcessing,
-		owner, now.Add(lease), now.Add(orderTTL)); err != nil {
+	if _, err := raw.ExecContext(ctx, sqlClaim, id, fingerprint(rq.body), statusProcessing, now.Add(orderTTL)); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	return inTx(ctx, raw, func(tx *sql.Tx) error {
-		fence, err := orderStatements(ctx, tx, codec, rq, id, owner)
+		fence, err := orderStatements(ctx, tx, codec, rq, id)
 		if err != nil {
 			return err
 		}
@@ -63,7 +61,7 @@ func rawOrderFirst(ctx context.Context, raw *sql.DB, codec *idempotency.Codec, r
 
 // orderStatements is a create's business statement, between the claim and
 // the fence (the order INSERT), and returns the fence's arguments.
-func orderStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, rq orderRequest, id, owner []byte) (fence []any, err error) {
+func orderStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec, rq orderRequest, id []byte) (fence []any, err error) {
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	o := orders.Order{
 		OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: rq.merchantOrderNo,
@@ -79,7 +77,7 @@ func orderStatements(ctx context.Context, q sqlRunner, codec *idempotency.Codec,
 	if err != nil {
 		return nil, err
 	}
-	return []any{statusCompleted, 201, format, blob, id, owner, statusProcessing}, nil
+	return []any{statusCompleted, 201, format, blob, id, statusProcessing}, nil
 }
 
 // serviceOrderOp posts creates; a repeat must come back as a replayed 201.

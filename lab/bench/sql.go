@@ -6,18 +6,18 @@ package bench
 // TestSQLMatchesService fails if a copy drifts from its source: when the
 // service's SQL changes, change the copy and re-measure.
 
-// From internal/idempotency/store.go, insertClaim.
-const sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, owner, lease_until, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?)`
+// From internal/idempotency/store.go, sqlClaim.
+const sqlClaim = `INSERT INTO idempotency_records (key_hash, request_hash, status, expires_at)
+		 VALUES (?, ?, ?, ?)`
 
-// From internal/idempotency/store.go, load.
-const sqlLoad = `SELECT request_hash, status, owner, lease_until, expires_at, response_status, response_format, response
+// From internal/idempotency/store.go, sqlLoad.
+const sqlLoad = `SELECT request_hash, status, expires_at, response_status, response_format, response
 		   FROM idempotency_records WHERE key_hash = ?`
 
-// From internal/idempotency/store.go, complete (the fence).
+// From internal/idempotency/store.go, sqlFence.
 const sqlFence = `UPDATE idempotency_records
-		    SET status = ?, owner = NULL, lease_until = NULL, response_status = ?, response_format = ?, response = ?
-		  WHERE key_hash = ? AND owner = ? AND status = ?`
+		    SET status = ?, response_status = ?, response_format = ?, response = ?
+		  WHERE key_hash = ? AND status = ?`
 
 // From internal/payments/store.go, insertPayment.
 const sqlInsertPayment = `INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at)

@@ -307,13 +307,12 @@ func drain(ctx context.Context, raw *sql.DB, query string) error {
 // Lengths are the table's measured averages; fixed widths are MariaDB's
 // (DATETIME(6) = 8 bytes).
 func columnCosts(ctx context.Context, raw *sql.DB, table string) ([]ColumnCost, error) {
-	var resp, respLong, ownerN, leaseN, statusN, formatN float64
+	var resp, respLong, statusN, formatN float64
 	err := raw.QueryRowContext(ctx, `SELECT
 		  AVG(COALESCE(LENGTH(response), 0)), AVG(COALESCE(LENGTH(response) >= 128, 0)),
-		  AVG(owner IS NOT NULL), AVG(lease_until IS NOT NULL),
 		  AVG(response_status IS NOT NULL), AVG(response_format IS NOT NULL)
 		FROM `+db.QuoteIdent(table)).
-		Scan(&resp, &respLong, &ownerN, &leaseN, &statusN, &formatN)
+		Scan(&resp, &respLong, &statusN, &formatN)
 	if err != nil {
 		return nil, fmt.Errorf("column lengths of %s: %w", table, err)
 	}
@@ -323,8 +322,6 @@ func columnCosts(ctx context.Context, raw *sql.DB, table string) ([]ColumnCost, 
 		{Name: "key_hash BINARY(12) (PK)", Clustered: 12, Secondary: 12},
 		{Name: "request_hash BINARY(8)", Clustered: 8},
 		{Name: "status", Clustered: 1},
-		{Name: "owner BINARY(16) (NULL when completed)", Clustered: 16 * ownerN},
-		{Name: "lease_until (NULL when completed)", Clustered: 8 * leaseN},
 		{Name: "response_status", Clustered: 2 * statusN},
 		{Name: "response_format", Clustered: 1 * formatN},
 		{Name: "response (Location + body, deflated)", Clustered: resp},

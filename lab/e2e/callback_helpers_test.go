@@ -149,7 +149,7 @@ func (a cbAnswer) String() string {
 }
 
 // inUse is the in-flight answer a client must retry.
-func (a cbAnswer) inUse() bool {
+func (a cbAnswer) InUse() bool {
 	return a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use"
 }
 
@@ -308,7 +308,7 @@ func cbUntilFinal(ctx context.Context, retry cbRetry, attempt func(context.Conte
 		trace = append(trace, a)
 		var pause time.Duration
 		switch {
-		case a.inUse() || a.Status == http.StatusServiceUnavailable:
+		case a.InUse() || a.Status == http.StatusServiceUnavailable:
 			secs, err := a.retryAfter()
 			if err != nil {
 				return a, trace, err
@@ -373,7 +373,7 @@ func (s *cbService) merchantCall(ctx context.Context, call func(ctx context.Cont
 			bad = at.Err
 		} else {
 			var a cbAnswer
-			if a, bad = cbAnswerOf(at.Operation, false, at.StatusCode, at.Header, at.Body); bad == nil && (a.inUse() || a.Status == http.StatusServiceUnavailable) {
+			if a, bad = cbAnswerOf(at.Operation, false, at.StatusCode, at.Header, at.Body); bad == nil && (a.InUse() || a.Status == http.StatusServiceUnavailable) {
 				_, bad = a.retryAfter()
 			}
 			trace = append(trace, a)

@@ -289,6 +289,20 @@ func TestCallbackResults(t *testing.T) {
 			f.refundNo = s.refundNo(t, f.o.OrderNo, "refund-"+f.token, n)
 		}
 	}
+	// reserveThenSettle reserves a refund of 300 and has the provider
+	// settle it first (succeeded or not), under txn R1.
+	reserveThenSettle := func(succeeded bool) func(t *testing.T, s *cbService, f *cbFixture) {
+		return func(t *testing.T, s *cbService, f *cbFixture) {
+			payAndReserve(300)(t, s, f)
+			if a := s.send(t, cbRefundSettled(succeeded, f.o, f.refundNo, f.txn("R1"), 300)); !a.is(200, "applied") {
+				t.Fatalf("refund settled (succeeded=%t): %v", succeeded, a)
+			}
+		}
+	}
+	// paidRow is the payment row of the order's one applied payment.
+	paidRow := func() *cbPaymentRow {
+		return &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"}
+	}
 	event := func(build func(f *cbFixture) cbEvent) func(f *cbFixture) []byte {
 		return func(f *cbFixture) []byte { return build(f).body() }
 	}
@@ -323,7 +337,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "applied", stored: true,
 			order:   cbWantOrder{Status: "PAID", Version: 2},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 			after: func(t *testing.T, s *cbService, f *cbFixture) {
 				o := s.getOrder(t, f.o.OrderNo)
 				if o.PaidAt == nil {
@@ -443,7 +457,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 422, want: "idempotency_key_reused",
 			order:   cbWantOrder{Status: "PAID", Version: 2},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
 			name: "404 order_not_found: payment.succeeded for an unknown order, not stored",
@@ -504,7 +518,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 409, want: "retry_later",
 			order:   cbWantOrder{Status: "PAID", Version: 2},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 			after: func(t *testing.T, s *cbService, f *cbFixture) {
 				// The same business event (key mockpay:refund.succeeded:R),
 				// now naming the refund the provider was told about,
@@ -529,7 +543,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 409, want: "retry_later",
 			order:   cbWantOrder{Status: "PAID", Version: 2},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
 			name:   "applied: refund.succeeded, part of the amount",
@@ -538,7 +552,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "applied", stored: true,
 			order:   cbWantOrder{Status: "PARTIALLY_REFUNDED", Version: 4, Refunded: 300},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 2, LedgerRefunds: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 			after: func(t *testing.T, s *cbService, f *cbFixture) {
 				if st := cbRefundStatus(t, s.d, f.refundNo); st != "SUCCEEDED" {
 					t.Errorf("refund %s is %s, want SUCCEEDED", f.refundNo, st)
@@ -560,7 +574,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "applied", stored: true,
 			order:   cbWantOrder{Status: "REFUNDED", Version: 4, Refunded: amount},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 2, LedgerRefunds: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
 			name:   "applied: refund.failed releases the reservation",
@@ -569,7 +583,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "applied", stored: true,
 			order:   cbWantOrder{Status: "PAID", Version: 4},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 			after: func(t *testing.T, s *cbService, f *cbFixture) {
 				if st := cbRefundStatus(t, s.d, f.refundNo); st != "FAILED" {
 					t.Errorf("refund %s is %s, want FAILED", f.refundNo, st)
@@ -581,46 +595,31 @@ func TestCallbackResults(t *testing.T) {
 			},
 		},
 		{
-			name: "ignored: refund.failed after the refund succeeded",
-			prep: func(t *testing.T, s *cbService, f *cbFixture) {
-				payAndReserve(300)(t, s, f)
-				if a := s.send(t, cbRefundSettled(true, f.o, f.refundNo, f.txn("R1"), 300)); !a.is(200, "applied") {
-					t.Fatalf("refund.succeeded: %v", a)
-				}
-			},
+			name:   "ignored: refund.failed after the refund succeeded",
+			prep:   reserveThenSettle(true),
 			body:   event(func(f *cbFixture) cbEvent { return cbRefundSettled(false, f.o, f.refundNo, f.txn("R2"), 300) }),
 			status: 200, want: "ignored", stored: true,
 			order:   cbWantOrder{Status: "PARTIALLY_REFUNDED", Version: 4, Refunded: 300},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 2, LedgerRefunds: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
-			name: "ignored: a second refund.succeeded (another txn) after the refund succeeded",
-			prep: func(t *testing.T, s *cbService, f *cbFixture) {
-				payAndReserve(300)(t, s, f)
-				if a := s.send(t, cbRefundSettled(true, f.o, f.refundNo, f.txn("R1"), 300)); !a.is(200, "applied") {
-					t.Fatalf("refund.succeeded: %v", a)
-				}
-			},
+			name:   "ignored: a second refund.succeeded (another txn) after the refund succeeded",
+			prep:   reserveThenSettle(true),
 			body:   event(func(f *cbFixture) cbEvent { return cbRefundSettled(true, f.o, f.refundNo, f.txn("R2"), 300) }),
 			status: 200, want: "ignored", stored: true,
 			order:   cbWantOrder{Status: "PARTIALLY_REFUNDED", Version: 4, Refunded: 300},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 2, LedgerRefunds: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
-			name: "ignored: refund.succeeded after the refund failed",
-			prep: func(t *testing.T, s *cbService, f *cbFixture) {
-				payAndReserve(300)(t, s, f)
-				if a := s.send(t, cbRefundSettled(false, f.o, f.refundNo, f.txn("R1"), 300)); !a.is(200, "applied") {
-					t.Fatalf("refund.failed: %v", a)
-				}
-			},
+			name:   "ignored: refund.succeeded after the refund failed",
+			prep:   reserveThenSettle(false),
 			body:   event(func(f *cbFixture) cbEvent { return cbRefundSettled(true, f.o, f.refundNo, f.txn("R2"), 300) }),
 			status: 200, want: "ignored", stored: true,
 			order:   cbWantOrder{Status: "PAID", Version: 4},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 		{
 			name:   "amount_mismatch: refund event amount differs from the refund",
@@ -629,7 +628,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "amount_mismatch", stored: true,
 			order:   cbWantOrder{Status: "PAID", Version: 3, Pending: 300},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 			after: func(t *testing.T, s *cbService, f *cbFixture) {
 				// Kept for review with its reservation (the order above
 				// still has the 300 pending): see TestRefundSettledWithAnotherAmount.
@@ -684,7 +683,7 @@ func TestCallbackResults(t *testing.T) {
 			status: 200, want: "applied", stored: true,
 			order:   cbWantOrder{Status: "PAID", Version: 2},
 			counts:  cbOrderCounts{Payments: 1, AppliedPayments: 1, Ledger: 1},
-			payment: &cbPaymentRow{Status: "SUCCEEDED", Result: "applied", Amount: amount, Currency: "EUR"},
+			payment: paidRow(),
 		},
 	}
 	for i, tc := range tests {

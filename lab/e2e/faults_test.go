@@ -125,7 +125,7 @@ func TestFaults(t *testing.T) {
 			// and the answer that ends a key is its own first execution: a
 			// replay would mean a request answered 500 had committed.
 			for k, a := range finals {
-				if !a.first() {
+				if !a.First() {
 					t.Errorf("key %d: final answer %v, want a non-replayed 201", k, a)
 				}
 			}

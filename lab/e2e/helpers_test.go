@@ -8,10 +8,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -28,6 +26,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/httpanswer"
 )
 
 const (
@@ -98,37 +97,7 @@ func createBody(merchantOrderNo string) []byte {
 }
 
 // answer is one HTTP response, reduced to what the tests compare.
-type answer struct {
-	Status     int
-	Body       []byte
-	Replayed   bool   // Idempotent-Replayed: true
-	Location   string // Location header
-	RetryAfter string // Retry-After header, verbatim
-	Code       string // problem code, "" unless application/problem+json
-	Took       time.Duration
-}
-
-func (a answer) String() string {
-	return fmt.Sprintf("%d replayed=%t code=%q body=%s", a.Status, a.Replayed, a.Code, a.Body)
-}
-
-// inUse reports the in-flight answer (409 idempotency_key_in_use), the one
-// a client must retry later; a 409 order_exists is final.
-func (a answer) inUse() bool {
-	return a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use"
-}
-
-// first reports a response produced by this request's own execution.
-func (a answer) first() bool { return a.Status == http.StatusCreated && !a.Replayed }
-
-// orderNo is the order_no of a 201 body ("" otherwise).
-func (a answer) orderNo() string {
-	var o struct {
-		OrderNo string `json:"order_no"`
-	}
-	_ = json.Unmarshal(a.Body, &o)
-	return o.OrderNo
-}
+type answer = httpanswer.Answer
 
 // postCreate sends one POST /v1/orders attempt.
 func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, error) {
@@ -139,34 +108,7 @@ func postCreate(ctx context.Context, baseURL, key string, body []byte) (answer, 
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
-	began := time.Now()
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	a := answer{
-		Status:     resp.StatusCode,
-		Body:       b,
-		Replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
-		Location:   resp.Header.Get("Location"),
-		RetryAfter: resp.Header.Get("Retry-After"),
-		Took:       time.Since(began),
-	}
-	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		var p struct {
-			Code string `json:"code"`
-		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			return answer{}, fmt.Errorf("problem body %q: %w", b, err)
-		}
-		a.Code = p.Code
-	}
-	return a, nil
+	return httpanswer.Do(httpClient, req)
 }
 
 // retryAfter checks the Retry-After of a 409 in use or a 503 (whole
@@ -200,10 +142,7 @@ func createReq(merchantOrderNo string) client.CreateOrderRequest {
 }
 
 // answerOf is a client attempt's answer.
-func answerOf(a client.Attempt) answer {
-	return answer{Status: a.StatusCode, Body: a.Body, Replayed: a.Replayed(), Location: a.Header.Get("Location"),
-		RetryAfter: a.Header.Get("Retry-After"), Code: a.Code(), Took: a.Took}
-}
+func answerOf(a client.Attempt) answer { return httpanswer.Of(a) }
 
 // createUntilFinal is the merchant client's create under key, retried as
 // it retries: after Retry-After while the key is in use (409) or the
@@ -225,7 +164,7 @@ func createUntilFinal(ctx context.Context, baseURL, key string, req client.Creat
 		switch {
 		case a.Status == 0:
 			bad = fmt.Errorf("key %s after %d answers: %w", key, len(trace), at.Err)
-		case a.inUse() || a.Status == http.StatusServiceUnavailable:
+		case a.InUse() || a.Status == http.StatusServiceUnavailable:
 			if _, err := retryAfter(a); err != nil {
 				bad = fmt.Errorf("key %s: %w", key, err)
 			}
@@ -259,11 +198,11 @@ type tally struct {
 func (c *tally) add(trace []answer) {
 	for _, a := range trace {
 		switch {
-		case a.first():
+		case a.First():
 			c.first++
 		case a.Status == http.StatusCreated && a.Replayed:
 			c.replayed++
-		case a.inUse():
+		case a.InUse():
 			c.inUse++
 		case a.Status == http.StatusServiceUnavailable:
 			c.unavailable++

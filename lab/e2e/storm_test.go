@@ -99,7 +99,7 @@ func TestStorm(t *testing.T) {
 						continue
 					}
 					switch {
-					case r.final.first():
+					case r.final.First():
 						firsts++
 					case r.final.Status == 201 && r.final.Replayed:
 					default:
@@ -113,7 +113,7 @@ func TestStorm(t *testing.T) {
 				if firsts != 1 {
 					t.Errorf("key %d: %d non-replayed 201 answers, want exactly 1", k, firsts)
 				}
-				bodies[fmt.Sprintf("mo-storm-%03d", k)] = want.orderNo()
+				bodies[fmt.Sprintf("mo-storm-%03d", k)] = want.OrderNo()
 			}
 			t.Logf("%s: %d keys x %d copies in %v: %v", tc.mode, keys, copies, elapsed.Round(time.Millisecond), count)
 			var took []time.Duration

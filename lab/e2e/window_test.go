@@ -74,8 +74,8 @@ func TestWindowHonouredOnRead(t *testing.T) {
 		idempotency.KeyHash(idempotency.MerchantScope(merchant), key), start.Add(61*time.Minute+window)); n != 1 {
 		t.Errorf("the key's record is not the new window's 409 (%d matching rows)", n)
 	}
-	if stored := orderNos(t, d)["mo-window"]; stored != created.orderNo() {
-		t.Errorf("stored order %q, first answered %q", stored, created.orderNo())
+	if stored := orderNos(t, d)["mo-window"]; stored != created.OrderNo() {
+		t.Errorf("stored order %q, first answered %q", stored, created.OrderNo())
 	}
 }
 

@@ -2,7 +2,6 @@ package faultsuite
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/httpanswer"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -49,38 +49,9 @@ func createReq(merchantOrderNo string, amount int) client.CreateOrderRequest {
 }
 
 // answer is one attempt's answer, reduced to what the tests compare.
-type answer struct {
-	Status     int
-	Body       []byte
-	Replayed   bool   // Idempotent-Replayed: true
-	Location   string // Location header
-	RetryAfter string // Retry-After header, verbatim
-	Code       string // problem code, "" unless a problem
-}
+type answer = httpanswer.Answer
 
-func answerOf(a client.Attempt) answer {
-	return answer{Status: a.StatusCode, Body: a.Body, Replayed: a.Replayed(), Location: a.Header.Get("Location"),
-		RetryAfter: a.Header.Get("Retry-After"), Code: a.Code()}
-}
-
-func (a answer) String() string {
-	return fmt.Sprintf("%d replayed=%t code=%q body=%s", a.Status, a.Replayed, a.Code, a.Body)
-}
-
-// inUse is the in-flight answer, the one to retry later; a 409
-// order_exists is final.
-func (a answer) inUse() bool {
-	return a.Status == http.StatusConflict && a.Code == client.CodeIdempotencyKeyInUse
-}
-
-// first is a 201 produced by this request's own execution.
-func (a answer) first() bool { return a.Status == http.StatusCreated && !a.Replayed }
-
-// order is the order of a 201 body (zero otherwise).
-func (a answer) order() (o client.Order) {
-	_ = json.Unmarshal(a.Body, &o)
-	return o
-}
+func answerOf(a client.Attempt) answer { return httpanswer.Of(a) }
 
 // postCreate sends one attempt of POST /v1/orders with hc: the answer, or
 // the transport error.
@@ -114,7 +85,7 @@ func createUntilFinal(ctx context.Context, hc *http.Client, baseURL, key string,
 		switch secs, perr := strconv.Atoi(a.RetryAfter); {
 		case a.Status == 0:
 			bad = fmt.Errorf("key %s after %d answers: %w", key, len(trace), at.Err)
-		case a.inUse() && (perr != nil || secs < 1):
+		case a.InUse() && (perr != nil || secs < 1):
 			bad = fmt.Errorf("key %s: 409 in use with Retry-After %q, want whole seconds >= 1", key, a.RetryAfter)
 		}
 		if bad != nil {
@@ -141,11 +112,11 @@ type tally struct {
 func (c *tally) add(trace ...answer) {
 	for _, a := range trace {
 		switch {
-		case a.first():
+		case a.First():
 			c.first++
 		case a.Status == http.StatusCreated:
 			c.replayed++
-		case a.inUse():
+		case a.InUse():
 			c.inUse++
 		case a.Status >= 500:
 			c.serverErrors++

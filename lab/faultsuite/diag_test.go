@@ -31,11 +31,9 @@ func isConnLimit(msg string) bool {
 // injected. The one failure accepted there is the database server's
 // connection limit (1040): the CI server is shared with other packages'
 // tests, and when it refuses a connection the service answers 5xx (the
-// client retries) and, if the release of the claim is refused too, holds
-// the key until its lease ends (the client sees 409s, then a take-over).
-// Anything else the servers logged as a failure fails the test: see
-// serverFailures. It returns how many claims the processes failed to
-// release, for the tests that bound take-overs.
+// client retries). Anything else the servers logged as a failure fails the
+// test: see serverFailures. It returns how many claims the processes
+// failed to release.
 func assertOnlyEnvironmentalFailures(t *testing.T, seen5xx int, procs ...*testproc.Serve) (failedReleases int) {
 	t.Helper()
 	limited := 0
@@ -194,8 +192,8 @@ func dbState(d *dbtest.DB) string {
 		}
 	}
 	dumpRows("claims PROCESSING (first 20)", `
-SELECT HEX(key_hash) AS key_hash, lease_until, expires_at FROM idempotency_records
- WHERE status = ? ORDER BY lease_until LIMIT 20`, statusProcessing)
+SELECT HEX(key_hash) AS key_hash, expires_at FROM idempotency_records
+ WHERE status = ? ORDER BY expires_at LIMIT 20`, statusProcessing)
 	dumpRows("connections not idle", `
 SELECT ID, COMMAND, TIME, STATE, LEFT(INFO, 160) AS INFO FROM information_schema.PROCESSLIST
  WHERE DB = ? AND COMMAND <> 'Sleep' AND ID <> CONNECTION_ID()`, d.Name)

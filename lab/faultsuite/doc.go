@@ -27,9 +27,8 @@
 // across goroutines: exactly 100 orders, all six answers of a key are the
 // same bytes (body and Location), exactly one of them is a non-replayed 201
 // (the one execution, on whichever process won), the processes' own
-// metrics agree with what the clients saw (first + taken_over = 100 over
-// the three, and no take-over at all unless the environment refused a
-// release, see below), and no record is left PROCESSING.
+// metrics agree with what the clients saw (first = 100 over the three),
+// and no record is left PROCESSING.
 //
 // # TestSIGKILLMidBurst
 //
@@ -39,13 +38,12 @@
 // process starts on the same database and the client retries every key
 // (same key, same body) until it gets a 201. Proves the crash story of
 // README.md's "Idempotency in short" end to end: whatever the dead process
-// had done (nothing, a committed claim whose transaction died with the
-// connection, or a committed order whose answer was lost), the retry yields
-// exactly one order per key; a key answered before the crash replays the very
-// same bytes; a key that never reached the dead process is executed fresh; a
-// claim the dead process left PROCESSING answers 409 until its lease ends and
-// is then taken over (counted from the new process's /metrics), never more
-// take-overs than requests that were in flight; reconcile is clean.
+// had done (nothing, a claim whose transaction died with the connection, or
+// a committed order whose answer was lost), the retry yields exactly one
+// order per key; a key answered before the crash replays the very same
+// bytes; a key that never reached the dead process is executed fresh; a
+// claim the dead process held answers 409 until the server has rolled its
+// transaction back, and then runs; reconcile is clean.
 //
 // # TestDBConnectionKilled
 //
@@ -120,14 +118,11 @@
 // That risk cannot be zero on a shared server, so the phases without an
 // injected fault (the storm, both halves of the SIGKILL test) accept
 // exactly that one environmental failure and nothing else: a 5xx is
-// retried as a client must (it stores nothing final), a claim whose
-// release the server refused is waited out (409s, then a take-over after
-// the lease; hence the storm's lease of 10s instead of 30s), and the test
-// fails if the server logs show any other failure (an ERROR line, a
-// "request failed" or a failed release among them, whose cause is not
-// 1040; a 5xx in the access log without a 1040 "request failed" of the
-// same request; a panic), or if there are more take-overs than failed
-// releases (and, after the SIGKILL, requests in flight) to explain them.
+// retried as a client must (it stores nothing final), and the test fails
+// if the server logs show any other failure (an ERROR line, a "request
+// failed" or a failed release among them, whose cause is not 1040; a 5xx
+// in the access log without a 1040 "request failed" of the same request;
+// a panic).
 // A panic fails every test, TestDBConnectionKilled too: no injected
 // fault excuses one.
 //

@@ -79,7 +79,7 @@ func TestPausedBeforeCommit(t *testing.T) {
 		switch {
 		case a.Status >= 500:
 			t.Errorf("a duplicate was answered %v", a)
-		case a.inUse():
+		case a.InUse():
 			inUse++
 		}
 	}

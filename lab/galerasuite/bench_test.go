@@ -112,7 +112,7 @@ func benchLoad(b *testing.B, setup, workload string, procs []*testproc.Serve, be
 				case err != nil:
 					failures++
 				case a.Status == http.StatusCreated:
-					orders = append(orders, a.field("order_no"))
+					orders = append(orders, a.Field("order_no"))
 					latencies = append(latencies, took)
 				case a.Status == http.StatusOK:
 					latencies = append(latencies, took)

@@ -48,7 +48,7 @@ func TestGaleraCausalReads(t *testing.T) {
 					errs <- fmt.Errorf("create %d: %v %v", k, a, err)
 					continue
 				}
-				get := request{method: http.MethodGet, path: "/v1/orders/" + a.field("order_no")}
+				get := request{method: http.MethodGet, path: "/v1/orders/" + a.Field("order_no")}
 				for i, missed := range map[int]*atomic.Int64{1: &causalMissed, 2: &plainMissed} {
 					g, err := untilFinal(ctx, procs, i, get, rec, false)
 					switch {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/httpanswer"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
@@ -30,33 +30,7 @@ var (
 )
 
 // answer is one HTTP response, reduced to what the tests compare.
-type answer struct {
-	Status     int
-	Body       []byte
-	Replayed   bool
-	RetryAfter string
-	Code       string // problem code, "" unless application/problem+json
-	Took       time.Duration
-	Instance   int // which serve process answered
-}
-
-func (a answer) String() string {
-	return fmt.Sprintf("%d (serve-%d, %v) replayed=%t code=%q body=%.200s", a.Status, a.Instance, a.Took.Round(time.Millisecond), a.Replayed, a.Code, a.Body)
-}
-
-// retry reports an answer a well-behaved client retries: 409 in flight and
-// 503 unavailable (README.md, "Idempotency in short" and "Overload and failure").
-func (a answer) retry() bool {
-	return (a.Status == http.StatusConflict && a.Code == "idempotency_key_in_use") || a.Status == http.StatusServiceUnavailable
-}
-
-// field is a top-level string field of a JSON body.
-func (a answer) field(name string) string {
-	var m map[string]any
-	_ = json.Unmarshal(a.Body, &m)
-	s, _ := m[name].(string)
-	return s
-}
+type answer = httpanswer.Answer
 
 // request is one request a client sends to any instance.
 type request struct {
@@ -90,27 +64,7 @@ func send(ctx context.Context, baseURL string, r request) (answer, error) {
 			req.Header.Set("Idempotency-Key", r.key)
 		}
 	}
-	began := time.Now()
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	a := answer{
-		Status:     resp.StatusCode,
-		Body:       b,
-		Replayed:   resp.Header.Get("Idempotent-Replayed") == "true",
-		RetryAfter: resp.Header.Get("Retry-After"),
-		Took:       time.Since(began),
-	}
-	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		a.Code = a.field("code")
-	}
-	return a, nil
+	return httpanswer.Do(httpClient, req)
 }
 
 // recorder keeps every answer of a phase, per instance, for the checks
@@ -147,7 +101,7 @@ func (r *recorder) add(a answer) {
 	switch {
 	case a.Status >= 500 && a.Status != http.StatusServiceUnavailable:
 		r.bad = append(r.bad, "a 5xx other than 503: "+a.String())
-	case a.retry():
+	case a.Retry():
 		if secs, err := strconv.Atoi(a.RetryAfter); err != nil || secs < 1 {
 			r.bad = append(r.bad, fmt.Sprintf("Retry-After %q, want whole seconds >= 1: %v", a.RetryAfter, a))
 		}
@@ -235,7 +189,7 @@ func untilFinal(ctx context.Context, procs []*testproc.Serve, start int, r reque
 		}
 		a.Instance = inst
 		rec.add(a)
-		if !a.retry() {
+		if !a.Retry() {
 			rec.finished(attempt)
 			return a, nil
 		}

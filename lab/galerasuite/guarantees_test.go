@@ -127,7 +127,7 @@ func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testpro
 		if executed != 1 {
 			t.Errorf("key %d: %d answers were not replays, want exactly 1", k, executed)
 		}
-		orders[k] = storedOrder{no: finals[k][0].field("order_no"), amount: 1000 + k}
+		orders[k] = storedOrder{no: finals[k][0].Field("order_no"), amount: 1000 + k}
 	}
 	for i := range nodes {
 		for _, q := range []struct {
@@ -209,7 +209,7 @@ func callbackStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testp
 				t.Errorf("event %d: serve-%d answered %s, serve-0 %s", e, i, a.Body, finals[e][0].Body)
 			}
 		}
-		switch res := finals[e][0].field("result"); res {
+		switch res := finals[e][0].Field("result"); res {
 		case "applied":
 			applied[ev.order]++
 		case "duplicate_payment":

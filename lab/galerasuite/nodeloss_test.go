@@ -167,12 +167,12 @@ func TestGaleraNodeLoss(t *testing.T) {
 	logConflicts(t, "node loss (node 3's counters restart with it)", before)
 
 	total := keys + probes + 1
-	want := map[string]string{"mo-loss-after": a.field("order_no")}
+	want := map[string]string{"mo-loss-after": a.Field("order_no")}
 	for k, a := range answered {
 		if a.Status != http.StatusCreated {
 			t.Errorf("key %d: final answer %v, want 201", k, a)
 		}
-		want[fmt.Sprintf("mo-loss-%03d", k)] = a.field("order_no")
+		want[fmt.Sprintf("mo-loss-%03d", k)] = a.Field("order_no")
 	}
 	for i := range nodes {
 		for _, q := range []struct {

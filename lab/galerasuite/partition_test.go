@@ -81,7 +81,7 @@ func TestGaleraPartition(t *testing.T) {
 		if a.Status != http.StatusCreated {
 			t.Errorf("key %d on the majority side: %v, want 201", k, a)
 		}
-		answered[fmt.Sprintf("mo-part-%03d", k)] = a.field("order_no")
+		answered[fmt.Sprintf("mo-part-%03d", k)] = a.Field("order_no")
 	}
 	t.Logf("during the partition: %v", rec)
 
