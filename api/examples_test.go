@@ -23,6 +23,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/canonjson"
+	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/settlement"
@@ -235,11 +236,12 @@ func TestExamplesMatchRealAnswers(t *testing.T) {
 	down := newEnvVia(t, func(d *dbtest.DB) string {
 		proxy = dbtest.NewProxy(t, d.Config.Addr)
 		return proxy.DSN(d)
-	})
+	}, func(c *config.Config) { c.Endpoints.SecretsKey = nil })
 	downObs := &observer{base: down.client.Transport, router: router}
 	down.client = &http.Client{Transport: downObs}
 	downOrder := down.createOrder(t, "ex-d0", "E-D", 100).field("order_no")
 	proxy.Set(dbtest.Refuse)
+	down.merchant(t, "POST", "/v1/webhook_endpoints", "ex-we-down", `{"url":"https://hooks.merchant.example/paysvc"}`)
 	down.do(t, "GET", "/readyz", "")
 	down.merchant(t, "GET", "/v1/orders/"+downOrder, "", "")
 	down.merchant(t, "POST", "/v1/orders", "ex-d1", `{"merchant_order_no":"E-D1","amount":1,"currency":"EUR"}`)
@@ -353,6 +355,8 @@ func produceSituations(t *testing.T, e *env, doc *openapi3.T) {
 	e.merchant(t, "GET", "/v1/orders/"+order, "", "")
 	e.merchant(t, "GET", "/v1/orders/ord_01M8N9FXZM7F3X82Y0E82GWKXX", "", "")
 
+	produceEndpointSituations(t, e, reqExample)
+
 	// Cancel.
 	closing := e.createOrder(t, "ex-c0", "E-C", 700).field("order_no")
 	e.merchant(t, "POST", "/v1/orders/"+closing+"/cancel", "ex-c1", "")
@@ -463,4 +467,35 @@ func (e *env) held(t *testing.T, req idempotency.Request, send func() reply) rep
 		t.Errorf("%s under a held key: %d %s, want 409 idempotency_key_in_use", req.Key, r.status, r.body)
 	}
 	return r
+}
+
+// produceEndpointSituations: the webhook endpoint routes' answers.
+func produceEndpointSituations(t *testing.T, e *env, reqExample func(opID, name string) string) {
+	t.Helper()
+	expect := func(what string, r reply, status int) {
+		t.Helper()
+		if r.status != status {
+			t.Errorf("%s: %d %s, want %d", what, r.status, r.body, status)
+		}
+	}
+	created := e.merchant(t, "POST", "/v1/webhook_endpoints", "ex-we-1", reqExample("createWebhookEndpoint", "orders"))
+	expect("create endpoint (request example orders)", created, 201)
+	id := created.field("id")
+	e.merchant(t, "POST", "/v1/webhook_endpoints", "ex-we-bad", `{"url":"https://user:pw@hooks.merchant.example/"}`)
+	expect("list endpoints", e.merchant(t, "GET", "/v1/webhook_endpoints", "", ""), 200)
+	expect("disable (request example disable)", e.merchant(t, "PATCH", "/v1/webhook_endpoints/"+id, "", reqExample("updateWebhookEndpoint", "disable")), 200)
+	e.merchant(t, "GET", "/v1/webhook_endpoints/"+id, "", "")
+	e.merchant(t, "GET", "/v1/webhook_endpoints/we_01M8N9N0A1B2C3D4E5F6G7H8XX", "", "")
+	expect("rotate (request example hour)", e.merchant(t, "POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", "ex-we-r1", reqExample("rotateWebhookEndpointSecret", "hour")), 200)
+	expect("reveal", e.merchant(t, "GET", "/v1/webhook_endpoints/"+id+"/secret", "", ""), 200)
+	for i := range 4 {
+		e.merchant(t, "POST", "/v1/webhook_endpoints/"+id+"/rotate_secret", fmt.Sprintf("ex-we-r%d", i+2), "")
+	}
+	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	expect("recover", e.merchant(t, "POST", "/v1/webhook_endpoints/"+id+"/recover", "ex-we-rec", `{"since":"`+since+`"}`), 202)
+	e.inFlight(t, "POST", "/v1/webhook_endpoints/"+id+"/recover", "ex-we-rec2", `{"since":"`+since+`"}`)
+	for i := range 16 {
+		e.merchant(t, "POST", "/v1/webhook_endpoints", fmt.Sprintf("ex-we-n%d", i), `{"url":"https://hooks.merchant.example/`+fmt.Sprint(i)+`"}`)
+	}
+	expect("delete", e.merchant(t, "DELETE", "/v1/webhook_endpoints/"+id, "", ""), 204)
 }

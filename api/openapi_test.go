@@ -196,6 +196,10 @@ func TestOperationXIdempotency(t *testing.T) {
 		"POST /v1/orders/{order_no}/refunds": {"key": "header", "required": true},
 		// The events API's redelivery.
 		"POST /v1/events/{id}/redeliver": {"key": "header", "required": true},
+		// The webhook endpoints' POSTs.
+		"POST /v1/webhook_endpoints":                    {"key": "header", "required": true},
+		"POST /v1/webhook_endpoints/{id}/rotate_secret": {"key": "header", "required": true},
+		"POST /v1/webhook_endpoints/{id}/recover":       {"key": "header", "required": true},
 		"POST /v1/callbacks/{provider}": {
 			"key": "derived", "template": "{provider}:{type}:{txn_id}", "fingerprint": "sha256 of canonical data",
 		},
@@ -368,7 +372,7 @@ func newEnv(t *testing.T) *env {
 
 // newEnvVia is newEnv with the service reaching its database at the DSN
 // dsn returns (through a dbtest.Proxy, say).
-func newEnvVia(t *testing.T, dsn func(*dbtest.DB) string) *env {
+func newEnvVia(t *testing.T, dsn func(*dbtest.DB) string, tune ...func(*config.Config)) *env {
 	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
@@ -377,6 +381,14 @@ func newEnvVia(t *testing.T, dsn func(*dbtest.DB) string) *env {
 	cfg.RequestTimeout = 2 * time.Second
 	cfg.APIKeys = map[string]string{testAPIKey: "acme", testAPIKeyB: "bolt"}
 	cfg.WebhookSecrets = map[string][]string{providerAcme: {testSecret}, providerAdyen: {testSecretB}}
+	// Webhook endpoints can be made. No relay runs here (app.Open alone),
+	// so no endpoint URL is ever connected to; allowing private addresses
+	// spares the URLs of the examples a name lookup.
+	cfg.Endpoints.SecretsKey = bytes.Repeat([]byte{7}, 32)
+	cfg.Endpoints.AllowPrivate = true
+	for _, f := range tune {
+		f(&cfg)
+	}
 	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{})
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)

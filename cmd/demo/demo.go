@@ -48,6 +48,9 @@ type tour struct {
 	// receiver reads the merchant receiver's counts; nil when there is
 	// none to read.
 	receiver func(context.Context) (mockpay.ReceiverStats, error)
+	// second prints the filtered second endpoint's counts; nil when
+	// there is none.
+	second func(io.Writer)
 	// sweep is one pass of paysvc's sweep, or a wait for its own, over
 	// the orders given.
 	sweep    func(context.Context, []string) (closed, recovered int, err error)

@@ -83,7 +83,11 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 		}
 	}
 	if receiver != nil {
-		t.receiver = func(context.Context) (mockpay.ReceiverStats, error) { return receiver.Stats(), nil }
+		if err := receiver.register(ctx, base, apiKey, progress); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("register the demo's webhook endpoints: %w", err)}
+		}
+		t.receiver = func(context.Context) (mockpay.ReceiverStats, error) { return receiver.stats(), nil }
+		t.second = receiver.printSecond
 	}
 	return t.run(ctx)
 }

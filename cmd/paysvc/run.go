@@ -47,6 +47,9 @@ Usage:
   paysvc keys revoke KEY_ID    refuse the key from now on, on every instance within 5 s
                                merchants and keys exit 0 done, 1 refused (one line says why),
                                2 database not reachable
+  paysvc secrets rewrap        seal every webhook endpoint secret again under PAYSVC_SECRETS_KEY,
+                               opening those sealed under PAYSVC_SECRETS_KEY_OLD; prints
+                               "rewrapped N" (0 when run again)
   paysvc --help                this text
 
 Configuration comes from PAYSVC_* environment variables; see README.md.
@@ -107,6 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return merchantsCmd(ctx, cfg, args[1:], stdout)
 	case "keys":
 		return keysCmd(ctx, cfg, args[1:], stdout)
+	case "secrets":
+		return secretsCmd(ctx, cfg, args[1:], stdout)
 	}
 	return usageError("unknown command %q", args[0])
 }

@@ -156,7 +156,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return nil, err
 	}
-	notify, err := newNotifications(cfg.Notify, relayPool, m, log, now)
+	notify, err := newNotifications(cfg.Notify, cfg.Endpoints, relayPool, m, log, now)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +192,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Now:            now,
 		WakeRelay:      notify.relay.Wake,
 		Callbacks:      cbs,
+		Endpoints:      notify.endpoints,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,

@@ -9,8 +9,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/netguard"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -45,16 +48,32 @@ type notifications struct {
 	recorder *events.Recorder
 	relay    *outbox.Relay
 	pool     *gorm.DB
+	// endpoints is what the webhook endpoint routes need.
+	endpoints httpapi.EndpointDeps
 }
 
-func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*notifications, error) {
+func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m *metrics.Metrics, log *slog.Logger, now func() time.Time) (*notifications, error) {
 	eps, err := Endpoints(cfg.Endpoints)
 	if err != nil {
 		return nil, err
 	}
-	n := events.NewNotifier(eps, now)
-	rec := events.NewRecorder(n.Notifies, now)
-	relay := outbox.New(events.NewQueue(pool), n.Deliver, outbox.Options{
+	keys, err := endpoints.NewKeyring(ecfg.SecretsKey, ecfg.SecretsKeyOld)
+	if err != nil {
+		return nil, err
+	}
+	if !keys.Ready() {
+		log.Warn("PAYSVC_SECRETS_KEY is not set: webhook endpoints cannot be created through the API, and those that exist are not delivered to")
+	}
+	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
+	n := events.NewNotifier(eps, rule, now)
+	rec := events.NewRecorder(now)
+	q := events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies, Keys: keys, DisableAfter: ecfg.DisableAfter, Now: now,
+		OnDisabled: func(e endpoints.Endpoint) {
+			m.EndpointsDisabled.Inc()
+			log.Warn("webhook endpoint disabled: every attempt failed for PAYSVC_ENDPOINT_DISABLE_AFTER",
+				"endpoint", e.ID, "merchant", e.MerchantID)
+		}})
+	relay := outbox.New(q, n.Deliver, outbox.Options{
 		Timeout:  cfg.Timeout,
 		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
 		Now:      now,
@@ -70,7 +89,8 @@ func newNotifications(cfg config.Notify, pool *gorm.DB, m *metrics.Metrics, log 
 			}
 		},
 	})
-	return &notifications{recorder: rec, relay: relay, pool: pool}, nil
+	return &notifications{recorder: rec, relay: relay, pool: pool,
+		endpoints: httpapi.EndpointDeps{Keys: keys, Rule: rule, EventTTL: cfg.EventTTL, Notified: n.Notifies}}, nil
 }
 
 // relayLoop runs the relay and refreshes the outbox gauges until ctx is

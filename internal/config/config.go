@@ -47,6 +47,7 @@ type Config struct {
 	RequestTimeout time.Duration // PAYSVC_REQUEST_TIMEOUT
 	Notify         Notify        // PAYSVC_NOTIFY_*, PAYSVC_EVENT_TTL (notify.go)
 	Providers      Providers     // PAYSVC_PROVIDER_API, PAYSVC_ORDER_TTL, PAYSVC_SWEEP_INTERVAL (providers.go)
+	Endpoints      Endpoints     // PAYSVC_SECRETS_KEY*, PAYSVC_NOTIFY_ALLOW_*, PAYSVC_ENDPOINT_DISABLE_AFTER (endpoints.go)
 
 	// NATSURL enables the JetStream intake of provider events when
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
@@ -113,6 +114,7 @@ func Defaults() Config {
 		RequestTimeout: 10 * time.Second,
 		Notify:         defaultNotify(),
 		Providers:      defaultProviders(),
+		Endpoints:      defaultEndpoints(),
 	}
 }
 
@@ -147,6 +149,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.duration(envRequestTimeout, &c.RequestTimeout, "10s, 2500ms", false)
 	l.notify(&c.Notify)
 	l.providers(&c.Providers)
+	l.endpoints(&c.Endpoints)
 	l.natsURL(&c.NATSURL)
 	l.redisURL(&c.RedisURL)
 
@@ -194,6 +197,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("request_timeout", shortDuration(c.RequestTimeout)),
 		slog.Any("notify", notifyLog(c.Notify)),
 		slog.Any("providers", providersLog(c.Providers)),
+		slog.Any("endpoints", endpointsLog(c.Endpoints)),
 		slog.String("nats_url", maskURL(c.NATSURL)),
 		slog.String("redis_url", maskRedisURL(c.RedisURL)),
 	)

@@ -66,6 +66,7 @@ func TestDefaultsAreTheContract(t *testing.T) {
 			EventTTL: 720 * time.Hour,
 		},
 		Providers: Providers{APIs: map[string]ProviderAPI{}, OrderTTL: 2 * time.Hour, SweepInterval: 30 * time.Second},
+		Endpoints: Endpoints{DisableAfter: 120 * time.Hour},
 	}
 	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Defaults() = %#v\nwant %#v", got, want)
@@ -482,6 +483,8 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"nats_url":  "",
 		"providers": map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
 		"redis_url": "",
+		"endpoints": map[string]any{"secrets_key": false, "secrets_key_old": false, "allow_http": false,
+			"allow_private": false, "disable_after": "120h"},
 	}
 	if !reflect.DeepEqual(record.Config, want) {
 		t.Errorf("logged config = %v\nwant %v", record.Config, want)

@@ -61,7 +61,7 @@ func TestTimeBoundsAreIndexRanges(t *testing.T) {
 		run  func(pool *gorm.DB) error
 	}{
 		{"relay claim of due events", func(pool *gorm.DB) error {
-			_, err := events.NewQueue(pool).Claim(ctx, now, later, 64, outbox.NewToken())
+			_, err := events.NewQueue(pool, events.QueueOptions{}).Claim(ctx, now, later, 64, outbox.NewToken())
 			return err
 		}},
 		{"claim of due provider calls", func(pool *gorm.DB) error {

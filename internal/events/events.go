@@ -13,6 +13,7 @@ package events
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,19 @@ const (
 	PaymentFlagged         = "payment.flagged"
 	PaymentRefunded        = "payment.refunded"
 	RefundMismatched       = "refund.mismatched"
+	// EndpointDisabled: one of the merchant's webhook endpoints was
+	// disabled for failing (data.endpoint).
+	EndpointDisabled = "endpoint.disabled"
 )
+
+// Types lists every type of event, in the order the README lists them.
+func Types() []string {
+	return []string{OrderPaid, OrderClosed, OrderPartiallyRefunded, OrderRefunded, RefundSucceeded, RefundFailed,
+		PaymentFlagged, PaymentRefunded, RefundMismatched, EndpointDisabled}
+}
+
+// KnownType reports whether typ is a type of event.
+func KnownType(typ string) bool { return slices.Contains(Types(), typ) }
 
 // Reasons of order.closed.
 const (
@@ -110,6 +123,9 @@ type Event struct {
 	// change committed.
 	Data     json.RawMessage
 	Delivery Delivery
+	// FanOutDue: the event awaits its fan-out (its deliveries are not
+	// decided yet).
+	FanOutDue bool
 }
 
 // Attempt is one delivery attempt.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/netguard"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -23,38 +24,52 @@ type Endpoint struct {
 	Secrets []webhooks.Secret
 }
 
-// Notifier POSTs events to their merchants' endpoints, signed as Standard
-// Webhooks. Safe for concurrent use.
+// Notifier POSTs events to their endpoints, signed as Standard Webhooks.
+// Safe for concurrent use.
 type Notifier struct {
 	endpoints map[string]Endpoint
+	// envClient reaches the PAYSVC_NOTIFY_ENDPOINTS endpoints, which are
+	// the operator's and exempt from the address rule; client reaches the
+	// API-managed ones, through a dialer that applies it.
+	envClient *http.Client
 	client    *http.Client
 	now       func() time.Time
 }
 
-// NewNotifier returns a Notifier for endpoints (merchant id → endpoint).
+// NewNotifier returns a Notifier for endpoints (merchant id → endpoint of
+// PAYSVC_NOTIFY_ENDPOINTS) whose API-managed endpoints are held to rule.
 // Each attempt's deadline comes from its context (the relay's).
-func NewNotifier(endpoints map[string]Endpoint, now func() time.Time) *Notifier {
+func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, now func() time.Time) *Notifier {
 	if now == nil {
 		now = time.Now
 	}
+	return &Notifier{endpoints: endpoints, now: now,
+		envClient: newClient(nil), client: newClient(&rule)}
+}
+
+// newClient is the client of deliveries: it never follows a redirect (a
+// 3xx is an answer, and not a 2xx: following it would send the signed
+// event where the merchant did not say), and with a rule, it connects
+// only to addresses the rule allows, checked by the dialer on the address
+// it actually connects to, and through no proxy (the dialer would check
+// the proxy's address, not the endpoint's).
+func newClient(rule *netguard.Rule) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// The relay runs up to 64 attempts at once, most to a few endpoints:
 	// keep their connections instead of dialling each time.
 	tr.MaxIdleConnsPerHost = 64
-	return &Notifier{
-		endpoints: endpoints,
-		now:       now,
-		client: &http.Client{
-			Transport: tr,
-			// A redirect is an answer, and not a 2xx: the attempt failed
-			// (following it would send the merchant's signed event to a
-			// host the merchant did not configure).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+	if rule != nil {
+		tr.Proxy = nil
+		tr.DialContext = rule.Dialer().DialContext
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
-// Notifies reports whether a merchant has an endpoint.
+// Notifies reports whether a merchant has an endpoint in
+// PAYSVC_NOTIFY_ENDPOINTS.
 func (n *Notifier) Notifies(merchantID string) bool {
 	_, ok := n.endpoints[merchantID]
 	return ok
@@ -64,26 +79,51 @@ func (n *Notifier) Notifies(merchantID string) bool {
 // the connection can be reused; a receiver that sends more is cut off.
 const maxAnswer = 64 << 10
 
-// Deliver is the relay's Deliverer: one signed POST of the job's event.
-// webhook-id is the event id on every attempt, webhook-timestamp the
-// attempt's time. Success is a 2xx before ctx's deadline.
+// Deliver is the relay's Deliverer: one signed POST of the delivery's
+// event to its endpoint, with one v1 signature per secret that still
+// signs. webhook-id is the event id on every endpoint and attempt,
+// webhook-timestamp the attempt's time. Success is a 2xx before ctx's
+// deadline.
 func (n *Notifier) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
-	e := j.Payload.(Event)
-	start := n.now()
-	a := outbox.Attempt{At: start}
-	ep, ok := n.endpoints[e.MerchantID]
-	if !ok {
-		a.Err = outbox.ErrNoEndpoint
+	d := j.Payload.(Dispatch)
+	a := outbox.Attempt{At: n.now()}
+	client, url, secrets := n.client, "", d.Secrets
+	switch {
+	case d.EndpointID == "":
+		ep, ok := n.endpoints[d.Event.MerchantID]
+		if !ok {
+			a.Err = outbox.ErrNoEndpoint
+			return a
+		}
+		client, url, secrets = n.envClient, ep.URL, ep.Secrets
+	case d.Target == nil:
+		a.Err = ErrEndpointGone
 		return a
+	case !d.Target.Enabled:
+		a.Err = ErrEndpointDisabled
+		return a
+	case d.Target.KeyErr != nil:
+		a.Err = d.Target.KeyErr
+		return a
+	case len(secrets) == 0:
+		a.Err = errors.New("endpoint has no secret that signs")
+		return a
+	default:
+		url = d.Target.URL
 	}
+	return n.post(ctx, client, url, secrets, d.Event, a)
+}
+
+func (n *Notifier) post(ctx context.Context, client *http.Client, url string, secrets []webhooks.Secret, e Event, a outbox.Attempt) outbox.Attempt {
+	start := a.At
 	body := e.Body()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		a.Err = fmt.Errorf("build request: %w", err)
+		a.Err = errors.New("build request: invalid endpoint URL")
 		return a
 	}
-	sigs := make([]string, len(ep.Secrets))
-	for i, s := range ep.Secrets {
+	sigs := make([]string, len(secrets))
+	for i, s := range secrets {
 		sigs[i] = webhooks.Sign(s, e.ID, start, body)
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -91,7 +131,7 @@ func (n *Notifier) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 	req.Header.Set(webhooks.HeaderID, e.ID)
 	req.Header.Set(webhooks.HeaderTimestamp, strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set(webhooks.HeaderSignature, strings.Join(sigs, " "))
-	resp, err := n.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		a.Duration = n.now().Sub(start)
 		a.Err = attemptError(ctx, err)

@@ -42,17 +42,22 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 			ids = ids[len(chunk):]
 			var n int64
 			err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				// The events first, locked: Finish adds an attempt only
-				// while it holds its event's row, and Redeliver makes one
-				// pending only through its row, so once the events are
-				// deleted (or the others committed first) no attempt of
-				// theirs can come after the last DELETE.
+				// The events first, locked, none of whose deliveries is
+				// pending: Finish adds an attempt only while it holds a
+				// pending delivery, and Redeliver makes deliveries
+				// pending only after it has updated their event's row, so
+				// once the events are deleted (or the others committed
+				// first) no attempt of theirs can come after the last
+				// DELETE.
 				gone, err := lockDone(ctx, tx, chunk)
 				if err != nil || len(gone) == 0 {
 					return err
 				}
 				in := "(?" + strings.Repeat(",?", len(gone)-1) + ")"
 				if n, err = db.Exec(ctx, tx, `DELETE FROM events WHERE id IN `+in, gone...); err != nil {
+					return err
+				}
+				if _, err = db.Exec(ctx, tx, `DELETE FROM deliveries WHERE event_id IN `+in, gone...); err != nil {
 					return err
 				}
 				_, err = db.Exec(ctx, tx, `DELETE FROM event_attempts WHERE event_id IN `+in, gone...)
@@ -72,13 +77,19 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 	}
 }
 
+// notPending holds for an event fanned out none of whose deliveries is
+// pending (nor, for an event delivered before deliveries had rows of
+// their own, the event itself).
+const notPending = `next_attempt_at IS NULL AND delivery <> 1
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1)`
+
 // deleteChunk bounds the keys of one DELETE (see idempotency.deleteChunk).
 const deleteChunk = 1000
 
 // oldIDs reads up to limit ids below bound of events not pending.
 func oldIDs(ctx context.Context, gdb *gorm.DB, bound string, limit int) ([]any, error) {
 	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT id FROM events WHERE id < ? AND delivery <> ? ORDER BY id LIMIT ?`, bound, DeliveryPending, limit)
+		`SELECT id FROM events WHERE id < ? AND `+notPending+` ORDER BY id LIMIT ?`, bound, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select expired events: %w", err)
 	}
@@ -89,7 +100,7 @@ func oldIDs(ctx context.Context, gdb *gorm.DB, bound string, limit int) ([]any, 
 // order (as Finish locks them), and returns their ids.
 func lockDone(ctx context.Context, tx *gorm.DB, ids []any) ([]any, error) {
 	rows, err := tx.Statement.ConnPool.QueryContext(ctx, `SELECT id FROM events WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+
-		`) AND delivery <> ? ORDER BY id FOR UPDATE`, append(ids[:len(ids):len(ids)], DeliveryPending)...)
+		`) AND `+notPending+` ORDER BY id FOR UPDATE`, ids...)
 	if err != nil {
 		return nil, fmt.Errorf("lock expired events: %w", err)
 	}

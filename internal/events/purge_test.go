@@ -21,8 +21,7 @@ func TestPurgeEvents(t *testing.T) {
 	now := time.Now().UTC()
 	write := func(at time.Time, n int) {
 		t.Helper()
-		rec := events.NewRecorder(
-			func(string) bool { return false }, func() time.Time { return at })
+		rec := events.NewRecorder(func() time.Time { return at })
 		for range n {
 			o := orders.Order{OrderNo: "ord_purge", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,
 				Amount: 1, Currency: "EUR", Version: 2, CreatedAt: at, UpdatedAt: at}
@@ -34,6 +33,10 @@ func TestPurgeEvents(t *testing.T) {
 	ttl := 720 * time.Hour
 	write(now.Add(-ttl-time.Hour), 7)
 	write(now.Add(-ttl+time.Hour), 4)
+	// Fanned out, to no endpoint.
+	if err := d.Gorm.Exec(`UPDATE events SET next_attempt_at = NULL`).Error; err != nil {
+		t.Fatal(err)
+	}
 	// Two attempts per event.
 	if err := d.Gorm.Exec(`INSERT INTO event_attempts (event_id, at, status_code, error, duration_ms)
 		SELECT id, created_at, 500, 'answered 500', 3 FROM events UNION ALL
@@ -62,7 +65,7 @@ func TestPurgeEvents(t *testing.T) {
 
 // TestPurgeRacingFinish: purge runs while a relay records an attempt of an
 // event past its TTL (pending: redelivered just before). The two are made
-// to overlap: a third transaction holds the event's row while Finish and
+// to overlap: a third transaction holds the event's delivery while Finish and
 // purge start. The event is pending, so purge leaves it, with its attempt
 // (no attempt is ever left without its event); once delivered, the next
 // purge removes both.
@@ -71,7 +74,7 @@ func TestPurgeRacingFinish(t *testing.T) {
 	d := dbtest.New(t)
 	ctx := context.Background()
 	ids := record(t, d, 1)
-	q := events.NewQueue(d.Gorm)
+	q := events.NewQueue(d.Gorm, events.QueueOptions{Notified: func(string) bool { return true }})
 	token := outbox.NewToken()
 	now := time.Now()
 	jobs, err := q.Claim(ctx, now, now.Add(time.Minute), 1, token)
@@ -80,7 +83,7 @@ func TestPurgeRacingFinish(t *testing.T) {
 	}
 	blocker := d.Gorm.Begin()
 	var id string
-	if err := blocker.Raw(`SELECT id FROM events WHERE id = ? FOR UPDATE`, ids[0]).Row().Scan(&id); err != nil {
+	if err := blocker.Raw(`SELECT event_id FROM deliveries WHERE event_id = ? FOR UPDATE`, ids[0]).Row().Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	finished := make(chan error, 1)
@@ -108,7 +111,7 @@ func TestPurgeRacingFinish(t *testing.T) {
 	if n := d.Count(t, `SELECT COUNT(*) FROM event_attempts a LEFT JOIN events e ON e.id = a.event_id WHERE e.id IS NULL`); n != 0 {
 		t.Errorf("%d attempts of a purged event left behind", n)
 	}
-	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`); n != 1 {
+	if n := d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`); n != 1 {
 		t.Errorf("the pending event was purged, or not delivered (%d delivered events)", n)
 	}
 	if n, err := events.Purge(ctx, d.Gorm, now.Add(time.Minute), 10, nil); n != 1 || err != nil {
@@ -129,8 +132,7 @@ func TestPurgeKeepsPendingEvents(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	old := now.Add(-721 * time.Hour)
-	rec := events.NewRecorder(
-		func(string) bool { return true }, func() time.Time { return old })
+	rec := events.NewRecorder(func() time.Time { return old })
 	for range 4 {
 		o := orders.Order{OrderNo: "ord_pending", MerchantID: merchant, MerchantOrderNo: "p", Status: orders.Closed,
 			Amount: 1, Currency: "EUR", Version: 2, CreatedAt: old, UpdatedAt: old}
@@ -156,7 +158,7 @@ func TestPurgeKeepsPendingEvents(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Errorf("Purge = %d, %v; want the 3 not pending", n, err)
 	}
-	if got := d.Count(t, `SELECT COUNT(*) FROM events WHERE id = ? AND delivery = 1`, ids[0]); got != 1 {
+	if got := d.Count(t, `SELECT COUNT(*) FROM events WHERE id = ?`, ids[0]); got != 1 {
 		t.Errorf("the pending event was purged")
 	}
 	if got := d.Count(t, `SELECT COUNT(*) FROM event_attempts`); got != 1 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/documents"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
 )
@@ -18,31 +19,26 @@ import (
 // Recorder writes events in the transaction it is given. It implements
 // orders.Outbox and payments.Outbox. Safe for concurrent use.
 type Recorder struct {
-	now func() time.Time
-	// notified reports whether a merchant has an endpoint: its events are
-	// written pending, the others with delivery "none".
-	notified func(merchantID string) bool
-	newID    func(time.Time) string
+	now   func() time.Time
+	newID func(time.Time) string
 }
 
-// NewRecorder returns a Recorder. notified may be nil (no merchant has an
-// endpoint); now nil means time.Now.
-func NewRecorder(notified func(merchantID string) bool, now func() time.Time) *Recorder {
+// NewRecorder returns a Recorder; now nil means time.Now.
+func NewRecorder(now func() time.Time) *Recorder {
 	if now == nil {
 		now = time.Now
 	}
-	if notified == nil {
-		notified = func(string) bool { return false }
-	}
-	return &Recorder{now: now, notified: notified, newID: NewIDAt}
+	return &Recorder{now: now, newID: NewIDAt}
 }
 
 // data is the "data" object of an event; absent parts are left out.
 type data struct {
-	Order   json.RawMessage `json:"order"`
-	Reason  string          `json:"reason,omitempty"`
-	Refund  json.RawMessage `json:"refund,omitempty"`
-	Payment *paymentJSON    `json:"payment,omitempty"`
+	Order json.RawMessage `json:"order,omitempty"`
+	// Endpoint is endpoint.disabled's: the endpoint as GET answers it.
+	Endpoint json.RawMessage `json:"endpoint,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	Refund   json.RawMessage `json:"refund,omitempty"`
+	Payment  *paymentJSON    `json:"payment,omitempty"`
 	// Reported is refund.mismatched's: what the provider reported.
 	Reported *reportedJSON `json:"reported,omitempty"`
 }
@@ -145,14 +141,19 @@ type typed struct {
 	data data
 }
 
+// EndpointDisabled records endpoint.disabled: an API-managed endpoint
+// was disabled for failing.
+func (r *Recorder) EndpointDisabled(ctx context.Context, tx *gorm.DB, e endpoints.Endpoint) error {
+	return r.insert(ctx, tx, e.MerchantID, []typed{{EndpointDisabled, data{Endpoint: documents.Endpoint(e)}}})
+}
+
 // insert writes the events of one change in one INSERT (one round trip
-// however many events the change makes).
+// however many events the change makes, and however many endpoints the
+// merchant has): every event is written due for its fan-out (package
+// events, Queue), which decides its deliveries outside this transaction.
 func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, evs []typed) error {
 	at := r.now().UTC().Truncate(time.Microsecond)
-	delivery, next := DeliveryNone, (*time.Time)(nil)
-	if r.notified(merchantID) {
-		delivery, next = DeliveryPending, &at
-	}
+	delivery, next := DeliveryNone, &at
 	q := `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(evs)), ", ")
 	args := make([]any, 0, 7*len(evs))

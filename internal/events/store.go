@@ -22,7 +22,18 @@ const (
 	DefaultLimit = 20
 )
 
-const selectEvent = `SELECT id, merchant_id, type, created_at, data, delivery FROM events`
+// deliveryOf is an event's delivery status, from its deliveries: pending
+// while it awaits its fan-out or any delivery is pending, else failed when
+// any failed, else delivered when any was; with no delivery, the stored
+// status (none, or the outcome of a delivery made before deliveries had
+// rows of their own). idx_deliveries_pair serves the three probes.
+const deliveryOf = `CASE WHEN events.next_attempt_at IS NOT NULL THEN 1
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1) THEN 1
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 3) THEN 3
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 2) THEN 2
+  ELSE events.delivery END`
+
+const selectEvent = `SELECT id, merchant_id, type, created_at, data, ` + deliveryOf + `, next_attempt_at IS NOT NULL FROM events`
 
 // List returns up to limit of a merchant's events with ids after after
 // ("" = from the oldest kept), in id order, and whether more follow. One
@@ -142,34 +153,115 @@ func scanAttempts(rows *sql.Rows) ([]Attempt, int, error) {
 	return out, total, rows.Err()
 }
 
-// Redeliver schedules one more attempt of a merchant's event, now,
-// whatever its delivery status was, and returns the event as it is then.
-// An event that waits for a retry keeps its remaining retries; any other
-// gets one attempt and no retries after it (retries = 255). An event whose
-// attempt is in flight is not touched but marked: the relay that holds it
-// schedules the extra attempt when it finishes, so two attempts of one
-// event never overlap. Runs in the caller's transaction (the idempotency
-// engine's). 1 UPDATE and 1 SELECT.
+// Redeliver schedules one more attempt of each of a merchant's event's
+// deliveries, now, whatever its status was, and fans the event out again
+// (an endpoint added since gets it too), then returns the event as it is
+// then. A delivery that waits for a retry keeps its remaining retries; any
+// other gets one attempt and no retries after it (retries = 255). A
+// delivery whose attempt is in flight is not touched but marked: the relay
+// that holds it schedules the extra attempt when it finishes, so two
+// attempts of one delivery never overlap. Runs in the caller's
+// transaction (the idempotency engine's). The event's row first, then its
+// deliveries, the order of every transaction that takes both.
 func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, now time.Time) (Event, error) {
 	if !ValidID(id) {
 		return Event{}, fmt.Errorf("event %s: %w", validate.Quote(id), ErrNotFound)
 	}
 	now = now.UTC().Truncate(time.Microsecond)
-	// Assignments run left to right, each seeing the ones before (MySQL
-	// and MariaDB alike): retries and redeliver read the old delivery and
-	// claim, so they come first.
-	_, err := db.Exec(ctx, tx,
-		`UPDATE events
-		    SET retries = IF(delivery = ?, retries, ?),
-		        redeliver = IF(claim IS NULL, 0, 1),
-		        next_attempt_at = IF(claim IS NULL, ?, next_attempt_at),
-		        delivery = ?
-		  WHERE id = ? AND merchant_id = ?`,
-		DeliveryPending, noRetries, now, DeliveryPending, id, merchantID)
+	e, err := Get(ctx, tx, merchantID, id)
 	if err != nil {
+		return Event{}, err
+	}
+	if _, err := db.Exec(ctx, tx, `UPDATE events SET next_attempt_at = COALESCE(next_attempt_at, ?) WHERE id = ?`, now, id); err != nil {
 		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
 	}
-	return Get(ctx, tx, merchantID, id)
+	// Assignments run left to right, each seeing the ones before (MySQL
+	// and MariaDB alike): retries and redeliver read the old status and
+	// claim, so they come first.
+	if _, err := db.Exec(ctx, tx,
+		`UPDATE deliveries
+		    SET retries = IF(status = ?, retries, ?),
+		        redeliver = IF(claim IS NULL, 0, 1),
+		        next_attempt_at = IF(claim IS NULL, ?, next_attempt_at),
+		        status = ?
+		  WHERE event_id = ?`,
+		DeliveryPending, noRetries, now, DeliveryPending, id); err != nil {
+		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
+	}
+	// Due for its fan-out again: pending, whatever it was.
+	e.Delivery, e.FanOutDue = DeliveryPending, true
+	return e, nil
+}
+
+// EndpointDelivery is one delivery of an event: to an API endpoint
+// (EndpointID) or to the merchant's PAYSVC_NOTIFY_ENDPOINTS endpoint ("").
+type EndpointDelivery struct {
+	EndpointID string
+	Status     Delivery
+	// Attempts are the latest EmbeddedPerDelivery, oldest first;
+	// AttemptCount counts all of them.
+	Attempts     []Attempt
+	AttemptCount int
+}
+
+// EmbeddedPerDelivery is how many attempts of each delivery an event's
+// answers embed: with 17 endpoints, an answer must still fit a stored
+// response.
+const EmbeddedPerDelivery = 5
+
+// Deliveries reads an event's deliveries, in the order they were made,
+// each with its latest attempts: two reads of the event's rows (the
+// deliveries by uk_deliveries_pair, the attempts by their primary key,
+// ranked by a window function, MySQL 8 and MariaDB 10.2+).
+func Deliveries(ctx context.Context, gdb *gorm.DB, eventID string) ([]EndpointDelivery, error) {
+	rows, err := db.Query(ctx, gdb, `SELECT endpoint_id, status FROM deliveries WHERE event_id = ? ORDER BY id`, eventID)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries of %s: %w", eventID, err)
+	}
+	out := []EndpointDelivery{}
+	for rows.Next() {
+		var d EndpointDelivery
+		if err := rows.Scan(&d.EndpointID, &d.Status); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("deliveries of %s: %w", eventID, err)
+		}
+		d.Attempts = []Attempt{}
+		out = append(out, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	rows, err = db.Query(ctx, gdb, `SELECT endpoint_id, at, status_code, error, duration_ms, n FROM (
+	    SELECT endpoint_id, id, at, status_code, error, duration_ms,
+	           ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY id DESC) AS r,
+	           COUNT(*) OVER (PARTITION BY endpoint_id) AS n
+	      FROM event_attempts WHERE event_id = ?) AS a
+	  WHERE r <= ? ORDER BY endpoint_id, id`, eventID, EmbeddedPerDelivery)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", eventID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			ep   string
+			a    Attempt
+			code sql.NullInt64
+			ms   int64
+			n    int
+		)
+		if err := rows.Scan(&ep, &a.At, &code, &a.Error, &ms, &n); err != nil {
+			return nil, fmt.Errorf("attempts of %s: %w", eventID, err)
+		}
+		a.At, a.StatusCode, a.Duration = a.At.UTC(), int(code.Int64), time.Duration(ms)*time.Millisecond
+		for i := range out {
+			if out[i].EndpointID == ep {
+				out[i].Attempts = append(out[i].Attempts, a)
+				out[i].AttemptCount = n
+			}
+		}
+	}
+	return out, rows.Err()
 }
 
 // noRetries in events.retries: the schedule is used up.
@@ -182,7 +274,7 @@ func scanEvent(s scanner) (Event, error) {
 		e    Event
 		data []byte
 	)
-	if err := s.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data, &e.Delivery); err != nil {
+	if err := s.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data, &e.Delivery, &e.FanOutDue); err != nil {
 		return Event{}, err
 	}
 	e.CreatedAt = e.CreatedAt.UTC()

@@ -16,7 +16,7 @@ type Summary struct {
 	ByType     map[string]int64
 	ByDelivery map[string]int64
 	Attempts   int64
-	// Retried is how many events needed more than one attempt.
+	// Retried is how many deliveries needed more than one attempt.
 	Retried int64
 }
 
@@ -24,7 +24,7 @@ type Summary struct {
 // table (fine for a demo; not for a hot path).
 func Summarize(ctx context.Context, gdb *gorm.DB) (Summary, error) {
 	s := Summary{ByType: map[string]int64{}, ByDelivery: map[string]int64{}}
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx, `SELECT type, delivery, COUNT(*) FROM events GROUP BY type, delivery`)
+	rows, err := gdb.Statement.ConnPool.QueryContext(ctx, `SELECT type, `+deliveryOf+` AS delivery, COUNT(*) FROM events GROUP BY type, delivery`)
 	if err != nil {
 		return s, fmt.Errorf("summarize events: %w", err)
 	}
@@ -50,7 +50,7 @@ func Summarize(ctx context.Context, gdb *gorm.DB) (Summary, error) {
 		return s, fmt.Errorf("summarize attempts: %w", err)
 	}
 	err = gdb.Statement.ConnPool.QueryRowContext(ctx,
-		`SELECT COUNT(*) FROM (SELECT event_id FROM event_attempts GROUP BY event_id HAVING COUNT(*) > 1) AS r`).Scan(&s.Retried)
+		`SELECT COUNT(*) FROM (SELECT event_id FROM event_attempts GROUP BY event_id, endpoint_id HAVING COUNT(*) > 1) AS r`).Scan(&s.Retried)
 	if err != nil {
 		return s, fmt.Errorf("summarize retries: %w", err)
 	}

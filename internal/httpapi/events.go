@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/documents"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/validate"
@@ -22,6 +23,17 @@ type eventJSON struct {
 	CreatedAt string          `json:"created_at"`
 	Data      json.RawMessage `json:"data"`
 	Delivery  *deliveryJSON   `json:"delivery,omitempty"`
+	// Deliveries is one per endpoint, beside Delivery, the summary.
+	Deliveries *[]endpointDeliveryJSON `json:"deliveries,omitempty"`
+}
+
+// endpointDeliveryJSON is the delivery to one endpoint; EndpointID is
+// null for the merchant's PAYSVC_NOTIFY_ENDPOINTS endpoint.
+type endpointDeliveryJSON struct {
+	EndpointID   *string       `json:"endpoint_id"`
+	Status       string        `json:"status"`
+	AttemptCount int           `json:"attempt_count"`
+	Attempts     []attemptJSON `json:"attempts"`
 }
 
 // deliveryJSON embeds the latest events.EmbeddedAttempts attempts;
@@ -43,16 +55,38 @@ func eventView(e events.Event) eventJSON {
 	return eventJSON{ID: e.ID, Type: e.Type, CreatedAt: documents.FormatTime(e.CreatedAt), Data: e.Data}
 }
 
-// eventWithDelivery reads the event's latest attempts and renders both:
-// bounded, whatever the number of attempts, so that the answer of a
-// redeliver can always be stored.
-func (s *server) eventWithDelivery(ctx context.Context, gdb *gorm.DB, e events.Event) ([]byte, error) {
+// eventWithDelivery reads the event's latest attempts and its deliveries
+// and renders them: bounded, whatever the number of attempts, so that the
+// answer of a redeliver can always be stored.
+func (s *server) eventWithDelivery(ctx context.Context, gdb *gorm.DB, e events.Event, redelivered bool) ([]byte, error) {
 	attempts, total, err := events.LatestAttempts(ctx, gdb, e.ID, events.EmbeddedAttempts)
 	if err != nil {
 		return nil, err
 	}
+	ds, err := events.Deliveries(ctx, gdb, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	if e.FanOutDue && len(ds) == 0 && !redelivered {
+		// Not fanned out yet: pending only if it has somewhere to go (a
+		// redelivery asked for an attempt: pending, as it answers).
+		if none, err := s.nowhereToGo(ctx, gdb, e); err != nil {
+			return nil, err
+		} else if none {
+			e.Delivery = events.DeliveryNone
+		}
+	}
 	v := eventView(e)
 	v.Delivery = &deliveryJSON{Status: e.Delivery.String(), AttemptCount: total, Attempts: attemptViews(attempts)}
+	list := make([]endpointDeliveryJSON, len(ds))
+	for i, d := range ds {
+		list[i] = endpointDeliveryJSON{Status: d.Status.String(), AttemptCount: d.AttemptCount, Attempts: attemptViews(d.Attempts)}
+		if d.EndpointID != "" {
+			id := d.EndpointID
+			list[i].EndpointID = &id
+		}
+	}
+	v.Deliveries = &list
 	return documents.Marshal(v), nil
 }
 
@@ -176,7 +210,7 @@ func (s *server) getEvent(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	body, err := s.eventWithDelivery(ctx, s.db, e)
+	body, err := s.eventWithDelivery(ctx, s.db, e, false)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -200,7 +234,7 @@ func (s *server) redeliverEvent(c *gin.Context) {
 		if err != nil {
 			return businessResponse(idempotency.Response{}, err)
 		}
-		body, err := s.eventWithDelivery(ctx, tx, e)
+		body, err := s.eventWithDelivery(ctx, tx, e, true)
 		if err != nil {
 			return idempotency.Response{}, err
 		}
@@ -210,4 +244,23 @@ func (s *server) redeliverEvent(c *gin.Context) {
 	if s.wakeRelay != nil {
 		s.wakeRelay()
 	}
+}
+
+// nowhereToGo reports whether an event not fanned out yet would go to no
+// endpoint as the merchant's endpoints are now: its delivery is then
+// "none", not "pending". One read of the merchant's enabled endpoints.
+func (s *server) nowhereToGo(ctx context.Context, gdb *gorm.DB, e events.Event) (bool, error) {
+	if s.endpoints.Notified != nil && s.endpoints.Notified(e.MerchantID) {
+		return false, nil
+	}
+	routes, err := endpoints.Routes(ctx, gdb, []string{e.MerchantID})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range routes[e.MerchantID] {
+		if endpoints.Takes(r.EnabledEvents, e.Type) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

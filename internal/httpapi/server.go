@@ -59,6 +59,8 @@ type Deps struct {
 	// Callbacks is the callback use case shared with the NATS intake; when
 	// nil, New builds one from Engine, Payments, Providers and CallbackTTL.
 	Callbacks *callbacks.Handler
+	// Endpoints serves the webhook endpoint routes.
+	Endpoints EndpointDeps
 }
 
 type server struct {
@@ -76,6 +78,8 @@ type server struct {
 
 	now       func() time.Time
 	wakeRelay func()
+
+	endpoints EndpointDeps
 }
 
 // New builds the router.
@@ -95,6 +99,8 @@ func New(d Deps) *gin.Engine {
 
 		now:       d.Now,
 		wakeRelay: d.WakeRelay,
+
+		endpoints: d.Endpoints,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -138,6 +144,14 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/events/:id/redeliver", s.redeliverEvent)
 	merchant.GET("/settlements", s.listSettlements)
 	merchant.POST("/idempotency-tokens", s.issueToken)
+	merchant.POST("/webhook_endpoints", s.createEndpoint)
+	merchant.GET("/webhook_endpoints", s.listEndpoints)
+	merchant.GET("/webhook_endpoints/:id", s.getEndpoint)
+	merchant.PATCH("/webhook_endpoints/:id", s.updateEndpoint)
+	merchant.DELETE("/webhook_endpoints/:id", s.deleteEndpoint)
+	merchant.GET("/webhook_endpoints/:id/secret", s.endpointSecret)
+	merchant.POST("/webhook_endpoints/:id/rotate_secret", s.rotateSecret)
+	merchant.POST("/webhook_endpoints/:id/recover", s.recoverEndpoint)
 	v1.POST("/callbacks/:provider", s.callback)
 	return r
 }

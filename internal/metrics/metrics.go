@@ -27,8 +27,11 @@ type Metrics struct {
 	// attempts (delivered, failed); NotifyExhausted the events whose
 	// schedule ran out; OutboxPending and OutboxOldestPending (seconds
 	// since the oldest pending event was created) describe the backlog.
-	NotifyAttempts      *prometheus.CounterVec
-	NotifyExhausted     prometheus.Counter
+	NotifyAttempts  *prometheus.CounterVec
+	NotifyExhausted prometheus.Counter
+	// EndpointsDisabled counts the API-managed webhook endpoints disabled
+	// for failing.
+	EndpointsDisabled   prometheus.Counter
 	OutboxPending       prometheus.Gauge
 	OutboxOldestPending prometheus.Gauge
 	// NATSMessages{result}: messages of the JetStream intake by what
@@ -97,7 +100,11 @@ func New() *Metrics {
 		Name: "paysvc_outbox_oldest_pending_seconds",
 		Help: "Age of the oldest event awaiting a delivery; 0 when none is.",
 	})
-	m.Registry.MustRegister(m.NotifyAttempts, m.NotifyExhausted, m.OutboxPending, m.OutboxOldestPending)
+	m.EndpointsDisabled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_endpoints_disabled_total",
+		Help: "Webhook endpoints disabled because every attempt failed for PAYSVC_ENDPOINT_DISABLE_AFTER.",
+	})
+	m.Registry.MustRegister(m.NotifyAttempts, m.NotifyExhausted, m.OutboxPending, m.OutboxOldestPending, m.EndpointsDisabled)
 	// Both results exist from the start, so a rate over them is defined.
 	m.NotifyAttempts.WithLabelValues("delivered")
 	m.NotifyAttempts.WithLabelValues("failed")

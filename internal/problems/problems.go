@@ -15,8 +15,10 @@ package problems
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
@@ -62,11 +64,19 @@ var kinds = []Kind{
 	{payments.ErrRefundExists, http.StatusConflict, "refund_exists", "Refund already exists"},
 	{orders.ErrRefundExceedsAmount, http.StatusUnprocessableEntity, "refund_exceeds_amount", "Refund exceeds the refundable amount"},
 	{events.ErrNotFound, http.StatusNotFound, "event_not_found", "Event not found"},
+	{endpoints.ErrNotFound, http.StatusNotFound, "endpoint_not_found", "Webhook endpoint not found"},
+	{endpoints.ErrTooManyEnds, http.StatusConflict, "too_many_endpoints", "Too many webhook endpoints"},
+	{endpoints.ErrTooManySecrets, http.StatusConflict, "too_many_secrets", "Too many secrets signing"},
+	{endpoints.ErrNoSecretsKey, http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
 	{payments.ErrRetryLater, http.StatusConflict, "retry_later", "Event arrived before what it depends on; retry later"},
 	{ErrRouteNotFound, http.StatusNotFound, "not_found", "Not found"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
 	{db.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
 }
+
+// publicDetail are the errors whose text is the detail even at 5xx: they
+// name the variable an operator must set, and nothing internal.
+var publicDetail = []error{endpoints.ErrNoSecretsKey}
 
 var internal = Kind{Status: http.StatusInternalServerError, Code: "internal_error", Title: "Internal server error"}
 
@@ -75,7 +85,9 @@ var internal = Kind{Status: http.StatusInternalServerError, Code: "internal_erro
 func Codes() []string {
 	codes := make([]string, 0, len(kinds)+1)
 	for _, k := range kinds {
-		codes = append(codes, k.Code)
+		if !slices.Contains(codes, k.Code) {
+			codes = append(codes, k.Code)
+		}
 	}
 	return append(codes, internal.Code)
 }
@@ -113,7 +125,7 @@ const typeBase = "urn:paysvc:problem:"
 func For(err error) Problem {
 	k := Of(err)
 	detail := k.Title
-	if k.Status < 500 {
+	if k.Status < 500 || slices.ContainsFunc(publicDetail, func(e error) bool { return errors.Is(err, e) }) {
 		// A business refusal that went through the engine: the client
 		// needs the business reason, not where the engine ran it.
 		var ee *idempotency.ExecError

@@ -3,7 +3,10 @@ package providers_test
 import (
 	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/paysvc/paysvc/internal/payments"
@@ -73,5 +76,35 @@ func TestSucceededEvent(t *testing.T) {
 		if ev, err := p.SucceededEvent(); !errors.Is(err, validate.ErrInvalid) {
 			t.Errorf("%+v: %+v, %v; want a validation error", p, ev, err)
 		}
+	}
+}
+
+// A provider API answering 302 to another loopback URL: the call fails
+// with ErrRedirect and the redirect's target sees nothing, whatever the
+// method (a POST's body, its Idempotency-Key and API key never travel on).
+func TestClientNeverFollowsARedirect(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(target.Close)
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL+"/v1/refunds", code)
+		}))
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			req, _ := http.NewRequest(method, api.URL+"/v1/refunds", strings.NewReader(`{"amount":1}`))
+			req.Header.Set("Authorization", "Bearer sk_test")
+			resp, err := providers.Client(nil).Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !errors.Is(err, providers.ErrRedirect) {
+				t.Errorf("%s answered %d: %v, want ErrRedirect", method, code, err)
+			}
+		}
+		api.Close()
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("the redirect's target got %d requests", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
+	"github.com/paysvc/paysvc/internal/netguard"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -211,7 +212,8 @@ func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, r
 func drainRelay(ctx context.Context, raw *sql.DB) (int, error) {
 	count := func() (int, error) {
 		var n int
-		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE delivery = ?`, events.DeliveryPending).Scan(&n)
+		err := raw.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL) +
+		  (SELECT COUNT(*) FROM deliveries WHERE status = ?)`, events.DeliveryPending).Scan(&n)
 		return n, err
 	}
 	first, err := count()
@@ -275,9 +277,9 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 		return 0, err
 	}
 	defer db.Close(pool)
-	notifier := events.NewNotifier(map[string]events.Endpoint{merchantID: {URL: rcv.url, Secrets: []webhooks.Secret{sec}}}, nil)
+	notifier := events.NewNotifier(map[string]events.Endpoint{merchantID: {URL: rcv.url, Secrets: []webhooks.Secret{sec}}}, netguard.Rule{}, nil)
 	var delivered atomic.Int64
-	relay := outbox.New(events.NewQueue(pool), notifier.Deliver, outbox.Options{Timeout: 15 * time.Second,
+	relay := outbox.New(events.NewQueue(pool, events.QueueOptions{Notified: notifier.Notifies}), notifier.Deliver, outbox.Options{Timeout: 15 * time.Second,
 		Schedule: outbox.Schedule{Delays: config.DefaultSchedule(), Jitter: 0.2}, Poll: 5 * time.Millisecond,
 		OnOutcome: func(o outbox.Outcome) {
 			if o.Delivered {

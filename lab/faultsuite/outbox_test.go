@@ -73,17 +73,17 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	claimed := d.Count(t, `SELECT COUNT(*) FROM events WHERE claim IS NOT NULL`)
+	claimed := d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE claim IS NOT NULL`)
 	procs[0].Kill(t)
 	t.Logf("relay-1 SIGKILLed after %d deliveries, %d events claimed at that moment", received(), claimed)
 
 	// The dead relay's claims come due when their lease ends (2 s timeout
 	// + 10 s margin); the other two deliver them.
 	deadline = time.Now().Add(90 * time.Second)
-	for d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`) < n {
+	for d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d events delivered within 90 s of the kill",
-				d.Count(t, `SELECT COUNT(*) FROM events WHERE delivery = 2`), n)
+				d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -250,7 +250,7 @@ func AllHold(ivs []*Invariant) bool {
 
 func checkAcknowledged(h *History) *Invariant {
 	iv := &Invariant{Name: InvAcknowledged}
-	var acked, unknown, lost, doubled, replayMismatch, notReplayed int
+	var acked, unknown, lost, doubled, replayMismatch, notReplayed, refusedWritten int
 	for _, op := range h.Ops {
 		if !op.Final {
 			unknown++
@@ -297,6 +297,12 @@ func checkAcknowledged(h *History) *Invariant {
 				lost++
 				iv.violation("refund %s: database has %d, answered %d", op.RefundNo, r.Amount, op.Amount)
 			}
+		case op.Kind == "refund" && op.Status >= 400:
+			// A refused refund reserves nothing and writes no row.
+			if n := h.DB.RefundsByRef[op.Merchant+"/"+op.MerchantRefundNo]; n > 0 {
+				refusedWritten++
+				iv.violation("refund %s/%s answered %d %s, yet the database holds it", op.Merchant, op.MerchantRefundNo, op.Status, op.Code)
+			}
 		case op.Kind == "cancel" && op.Status == 200:
 			if o, ok := h.DB.Orders[op.OrderNo]; !ok || o.Status != "CLOSED" {
 				lost++
@@ -310,6 +316,7 @@ func checkAcknowledged(h *History) *Invariant {
 	iv.count("doubled", doubled, true)
 	iv.count("replay differs", replayMismatch, true)
 	iv.count("ran again", notReplayed, true)
+	iv.count("refused, yet written", refusedWritten, true)
 	return iv
 }
 

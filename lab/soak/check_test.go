@@ -107,6 +107,13 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			h.Ops[0].Recheck = &Answer{Status: 201, Body: []byte(`{"order_no":"o9"}`), Replayed: true}
 		}},
 		{"a repeated request ran again", InvAcknowledged, "ran again", func(h *History) { h.Ops[1].Recheck.Replayed = false }},
+		{"a refused refund was written", InvAcknowledged, "refused, yet written", func(h *History) {
+			body := []byte(`{"code":"refund_exceeds_amount"}`)
+			h.Ops = append(h.Ops, Op{Kind: "refund", Merchant: "m", Key: "k4", MerchantRefundNo: "mr2", OrderNo: "o1", Amount: 5000,
+				Final: true, Status: 422, Code: "refund_exceeds_amount", Body: body, Statuses: []int{422},
+				Recheck: &Answer{Status: 422, Body: body, Replayed: true}})
+			h.DB.RefundsByRef["m/mr2"] = 1
+		}},
 		{"a payment applied twice", InvPayments, "doubled", func(h *History) {
 			h.DB.Payments = append(h.DB.Payments, DBPayment{TxnID: "t2", OrderNo: "o1", Status: "SUCCEEDED", Result: "applied", Amount: 1000})
 		}},

@@ -208,7 +208,7 @@ func runCmd(ctx context.Context, env []string, name string, args ...string) (str
 }
 
 // scanServeLog counts the access-log lines answered 500 in a serve log and
-// lists its panics.
+// lists its panics, and the data races a race-built instance reported.
 func scanServeLog(path string) (n500 int, panics []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -218,6 +218,7 @@ func scanServeLog(path string) (n500 int, panics []string, err error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	var text strings.Builder
+	races := 0
 	for sc.Scan() {
 		l := sc.Text()
 		if strings.Contains(l, `"msg":"http request"`) && strings.Contains(l, `"status":500`) {
@@ -231,11 +232,18 @@ func scanServeLog(path string) (n500 int, panics []string, err error) {
 		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") || strings.Contains(l, `"msg":"panic"`) {
 			text.WriteString(l + "\n")
 		}
+		if strings.Contains(l, "WARNING: DATA RACE") {
+			races++
+		}
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
 		return n500, nil, err
 	}
-	return n500, testproc.Panics(text.String()), nil
+	panics = testproc.Panics(text.String())
+	if races > 0 {
+		panics = append(panics, fmt.Sprintf("the race detector found %d data races (%s)", races, path))
+	}
+	return n500, panics, nil
 }
 
 // lastLine is the last line of the file at path, at most 300 bytes of it.

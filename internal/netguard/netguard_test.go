@@ -1,0 +1,114 @@
+package netguard_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/paysvc/paysvc/internal/netguard"
+)
+
+// noDNS fails the test if the rule tries to resolve a name: these tests
+// must never need DNS.
+func noDNS(t *testing.T) netguard.Resolver {
+	return func(_ context.Context, host string) ([]netip.Addr, error) {
+		t.Errorf("looked %s up", host)
+		return nil, errors.New("no DNS in tests")
+	}
+}
+
+// fixed answers every name with addrs, as a resolver that changed its
+// mind would.
+func fixed(addrs ...string) netguard.Resolver {
+	return func(context.Context, string) ([]netip.Addr, error) {
+		out := make([]netip.Addr, len(addrs))
+		for i, a := range addrs {
+			out[i] = netip.MustParseAddr(a)
+		}
+		return out, nil
+	}
+}
+
+func TestCheckURLRefusesInternalAddresses(t *testing.T) {
+	t.Parallel()
+	strict := netguard.Rule{AllowHTTP: true}
+	for _, u := range []string{
+		"http://127.0.0.1/hook", "http://127.8.9.10:8080/", "http://localhost/", "http://LOCALHOST./x",
+		"http://api.localhost/", "http://[::1]/", "http://10.0.0.1/", "http://172.16.0.1/", "http://172.31.255.255/",
+		"http://192.168.1.1/", "http://169.254.169.254/latest/meta-data/", "http://100.64.0.1/", "http://0.0.0.0/",
+		"http://[::]/", "http://[fe80::1]/", "http://[fc00::1]/", "http://[fd12:3456::1]/", "http://224.0.0.1/",
+		"http://[ff02::1]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:169.254.169.254]/", "http://255.255.255.255/",
+		"http://0.1.2.3/",
+	} {
+		err := strict.CheckURL(context.Background(), u, noDNS(t))
+		if !errors.Is(err, netguard.ErrForbidden) {
+			t.Errorf("%s: %v, want refused as internal", u, err)
+		}
+	}
+	// A name is refused for what it resolves to.
+	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9", "10.1.2.3")); !errors.Is(err, netguard.ErrForbidden) {
+		t.Errorf("a name resolving to a private address: %v", err)
+	}
+	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9")); err != nil {
+		t.Errorf("a name resolving to a public address: %v", err)
+	}
+}
+
+func TestCheckURLShape(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		rule netguard.Rule
+		url  string
+		ok   bool
+	}{
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1:9/x", true},
+		{netguard.Rule{AllowPrivate: true}, "http://127.0.0.1:9/x", false},
+		{netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "http://127.0.0.1:9/x", true},
+		{netguard.Rule{AllowPrivate: true}, "https://user:pw@127.0.0.1/", false},
+		{netguard.Rule{AllowPrivate: true}, "https://user@127.0.0.1/", false},
+		{netguard.Rule{AllowPrivate: true}, "ftp://127.0.0.1/", false},
+		{netguard.Rule{AllowPrivate: true}, "/relative", false},
+		{netguard.Rule{AllowPrivate: true}, "https://", false},
+		{netguard.Rule{AllowPrivate: true}, "https:opaque", false},
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/a b", false},
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/#frag", false},
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1:99999/", false},
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")), true},
+		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")+1), false},
+		{netguard.Rule{}, "https://203.0.113.7/hook", true},
+	} {
+		err := c.rule.CheckURL(context.Background(), c.url, noDNS(t))
+		if (err == nil) != c.ok {
+			t.Errorf("%+v %.60q: %v, want ok=%v", c.rule, c.url, err, c.ok)
+		}
+	}
+}
+
+func TestControlRefusesTheDialledAddress(t *testing.T) {
+	t.Parallel()
+	strict := netguard.Rule{}
+	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "10.0.0.1:80", "169.254.169.254:80", "100.64.0.1:80", "0.0.0.0:80", "[::ffff:192.168.1.1]:80"} {
+		if err := strict.Control("tcp", a, nil); !errors.Is(err, netguard.ErrForbidden) {
+			t.Errorf("%s: %v", a, err)
+		}
+	}
+	if err := strict.Control("tcp", "203.0.113.7:443", nil); err != nil {
+		t.Errorf("public: %v", err)
+	}
+	if err := (netguard.Rule{AllowPrivate: true}).Control("tcp", "127.0.0.1:80", nil); err != nil {
+		t.Errorf("allowed private: %v", err)
+	}
+}
+
+func FuzzCheckURL(f *testing.F) {
+	for _, s := range []string{"https://a.b/", "http://127.0.0.1/", "https://[::1]:80/", "https://u@h/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = netguard.Rule{}.CheckURL(context.Background(), s, fixed("10.0.0.1"))
+		// Allowing private addresses needs no resolver.
+		_ = netguard.Rule{AllowPrivate: true, AllowHTTP: true}.CheckURL(context.Background(), s, nil)
+	})
+}

@@ -1,0 +1,1 @@
+ALTER TABLE event_attempts DROP COLUMN endpoint_id
