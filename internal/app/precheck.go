@@ -22,7 +22,7 @@ func newPrecheck(cfg config.Config, namespace string, opTimeout time.Duration, m
 		// An in-flight marker need not outlive the lease: past it the
 		// holder's transaction is cut off and its key free in MySQL, and
 		// Redis must not answer 409 longer.
-		InFlightTTL:    min(2*time.Second, cfg.Lease),
+		InFlightTTL:    min(precheck.DefaultInFlightTTL, cfg.Lease),
 		RejectInFlight: mode == idempotency.Reject,
 		Namespace:      namespace,
 		OpTimeout:      opTimeout,

@@ -17,10 +17,24 @@ import (
 
 // purgeLoop purges every PAYSVC_PURGE_INTERVAL until ctx is done.
 func (a *App) purgeLoop(ctx context.Context) {
-	if a.Config.PurgeInterval <= 0 {
+	every(ctx, a.Config.PurgeInterval, func() {
+		n, err := a.Purge(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.Log.Error("purge failed", "err", err.Error(), "purged", n)
+		case err == nil && n > 0:
+			a.Log.Info("purged expired idempotency records", "purged", n)
+		}
+	})
+}
+
+// every runs pass each interval until ctx is done; an interval of 0 or
+// less runs nothing.
+func every(ctx context.Context, interval time.Duration, pass func()) {
+	if interval <= 0 {
 		return
 	}
-	t := time.NewTicker(a.Config.PurgeInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -28,14 +42,7 @@ func (a *App) purgeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, err := a.Purge(ctx)
-		if err != nil && ctx.Err() == nil {
-			a.Log.Error("purge failed", "err", err.Error(), "purged", n)
-			continue
-		}
-		if n > 0 {
-			a.Log.Info("purged expired idempotency records", "purged", n)
-		}
+		pass()
 	}
 }
 

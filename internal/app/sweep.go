@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"time"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/sweep"
@@ -28,27 +27,16 @@ func (a *App) Sweep(ctx context.Context) (sweep.Counts, error) {
 // sweepLoop sweeps every PAYSVC_SWEEP_INTERVAL until ctx is done; 0
 // disables it, and so does PAYSVC_ORDER_TTL=0 (no order ever expires).
 func (a *App) sweepLoop(ctx context.Context) {
-	every := a.Config.Providers.SweepInterval
-	if every <= 0 || a.Config.Providers.OrderTTL <= 0 {
+	if a.Config.Providers.OrderTTL <= 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, a.Config.Providers.SweepInterval, func() {
 		c, err := a.Sweep(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				a.Log.Warn("sweep failed", "err", err.Error())
-			}
-			continue
-		}
-		if c != (sweep.Counts{}) {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.Log.Warn("sweep failed", "err", err.Error())
+		case err == nil && c != (sweep.Counts{}):
 			a.Log.Info("sweep", "closed", c.Closed, "recovered", c.Recovered, "deferred", c.Deferred)
 		}
-	}
+	})
 }

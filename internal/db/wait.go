@@ -41,3 +41,16 @@ func EnsureDatabaseWithin(ctx context.Context, cfg *MySQLConfig, within time.Dur
 		}
 	}
 }
+
+// Sleep waits d, or until ctx is done (its error): the pause of a loop
+// that retries work on the database.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -188,7 +188,7 @@ func (e *Engine) do(ctx context.Context, req Request, fn Func) (Result, error) {
 			// wait ran out, which is a 409 in wait mode too.
 			return Result{}, &InFlightError{RetryAfter: e.opts.RetryAfter}
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := db.Sleep(ctx, pause); err != nil {
 			return Result{}, e.unavailable(req, fmt.Errorf("wait for key %q: %w", req.Key, err))
 		}
 		poll = min(2*poll, maxPoll)
@@ -212,7 +212,7 @@ func (c *conflicts) pause(ctx context.Context) bool {
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
 		return false
 	}
-	return sleep(ctx, d) == nil
+	return db.Sleep(ctx, d) == nil
 }
 
 // roundState is how one round ended.
@@ -384,15 +384,4 @@ func (e *Engine) execute(ctx context.Context, conn *gorm.DB, req Request, id key
 // retried together do not collide again in step.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -124,7 +124,7 @@ func duel(t *testing.T, d *dbtest.DB, key string, prepare func(ctx context.Conte
 				close(started)
 			}
 			// Longer than B's lock wait (db.LockWaitTimeout).
-			if err := sleep(ctx, 2500*time.Millisecond); err != nil {
+			if err := db.Sleep(ctx, 2500*time.Millisecond); err != nil {
 				return idempotency.Response{}, err
 			}
 			return idempotency.Response{Status: 201, ContentType: "application/json", Body: []byte(`{"n":1}`)}, nil
@@ -140,7 +140,7 @@ func duel(t *testing.T, d *dbtest.DB, key string, prepare func(ctx context.Conte
 	}()
 	for stage := range 3 {
 		for proxy.Held() == 0 {
-			if err := sleep(ctx, time.Millisecond); err != nil {
+			if err := db.Sleep(ctx, time.Millisecond); err != nil {
 				t.Fatalf("B never sent statement %d", stage+1)
 			}
 		}

@@ -91,7 +91,7 @@ func TestLostCommitAnswerIsNotA5xx(t *testing.T) {
 	go func() {
 		netDone <- func() error {
 			for proxy.Held() == 0 {
-				if err := sleep(netCtx, time.Millisecond); err != nil {
+				if err := db.Sleep(netCtx, time.Millisecond); err != nil {
 					return fmt.Errorf("the COMMIT never reached the proxy: %w", err)
 				}
 			}
@@ -164,20 +164,9 @@ func waitRecordLockWait(ctx context.Context, d *dbtest.DB) (string, error) {
 		if !errors.Is(err, sql.ErrNoRows) {
 			return "", fmt.Errorf("read processlist: %w", err)
 		}
-		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+		if err := db.Sleep(ctx, 2*time.Millisecond); err != nil {
 			return "", fmt.Errorf("no statement ever waited for the record's lock: %w", err)
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -60,7 +60,7 @@ func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch 
 			// interval, takes these keys again after a pause.
 			if db.IsRetryable(err) && conflicts < maxPurgeConflicts {
 				conflicts++
-				if serr := sleep(ctx, jitter(time.Duration(conflicts)*100*time.Millisecond)); serr == nil {
+				if serr := db.Sleep(ctx, jitter(time.Duration(conflicts)*100*time.Millisecond)); serr == nil {
 					continue
 				}
 			}
@@ -72,7 +72,7 @@ func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch 
 		if len(keys) < batch {
 			return total, nil
 		}
-		if err := sleep(ctx, purgeRest*time.Since(start)); err != nil {
+		if err := db.Sleep(ctx, purgeRest*time.Since(start)); err != nil {
 			return total, fmt.Errorf("purge after %d rows: %w", total, err)
 		}
 	}

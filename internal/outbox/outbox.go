@@ -33,6 +33,8 @@ package outbox
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
+	"fmt"
 	"math"
 	mrand "math/rand/v2"
 	"strings"
@@ -152,19 +154,47 @@ func (s Schedule) Decide(j Job, a Attempt, rnd func() float64) Outcome {
 // seeded per process, so two relays do not jitter alike.
 func defaultRand() float64 { return mrand.Float64() }
 
-// MarkClaimed ends a queue's Claim: one UPDATE stamps the claimed rows of
-// table (keyed by id) with the lease's end as their next attempt and with
-// the claim's token, inside the claiming transaction tx.
-func MarkClaimed(ctx context.Context, tx *gorm.DB, table string, jobs []Job, leaseEnd time.Time, token Token) error {
-	if len(jobs) == 0 {
-		return nil
+// ClaimRows is a queue's Claim over table: in one READ COMMITTED
+// transaction, query (a SELECT … FOR UPDATE SKIP LOCKED of due rows, with
+// args) read through scan, then one UPDATE stamping the claimed rows
+// (keyed by id) with the lease's end as their next attempt and with the
+// claim's token, then COMMIT: no transaction stays open while the jobs
+// run. READ COMMITTED takes no gap locks, so a business transaction
+// inserting a new due row never waits for a claim.
+func ClaimRows(ctx context.Context, gdb *gorm.DB, table, query string, args []any, scan func(*sql.Rows) (Job, error),
+	leaseEnd time.Time, token Token) ([]Job, error) {
+	var jobs []Job
+	err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		jobs = jobs[:0]
+		rows, err := tx.Statement.ConnPool.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			j, err := scan(rows)
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, j)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		ids := make([]any, 0, 2+len(jobs))
+		ids = append(ids, leaseEnd.UTC(), token[:])
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
+		_, err = db.Exec(ctx, tx, `UPDATE `+table+` SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
+			strings.Repeat(",?", len(jobs)-1)+`)`, ids...)
+		return err
+	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", table, err)
 	}
-	args := make([]any, 0, 2+len(jobs))
-	args = append(args, leaseEnd.UTC(), token[:])
-	for _, j := range jobs {
-		args = append(args, j.ID)
-	}
-	_, err := db.Exec(ctx, tx, `UPDATE `+table+` SET next_attempt_at = ?, claim = ? WHERE id IN (?`+
-		strings.Repeat(",?", len(jobs)-1)+`)`, args...)
-	return err
+	return jobs, nil
 }

@@ -74,10 +74,15 @@ const (
 	ResultError    = "error"
 )
 
+// DefaultInFlightTTL is the life of an in-flight marker: a couple of
+// seconds, so that a marker its request left behind costs at most that
+// many seconds of 409s.
+const DefaultInFlightTTL = 2 * time.Second
+
 // Options tune a Checker; zero values take the defaults in parentheses.
 type Options struct {
 	OpTimeout   time.Duration // one Redis command, dial included (50ms)
-	InFlightTTL time.Duration // life of an in-flight marker (2s)
+	InFlightTTL time.Duration // life of an in-flight marker (DefaultInFlightTTL)
 	MaxCacheTTL time.Duration // longest a done entry lives (10m)
 	Backoff     time.Duration // Redis left alone after restAfter failures in a row (250ms)
 	// Namespace separates the entries of services over different
@@ -114,7 +119,7 @@ func New(url string, opts Options) (*Checker, error) {
 		opts.OpTimeout = 50 * time.Millisecond
 	}
 	if opts.InFlightTTL <= 0 {
-		opts.InFlightTTL = 2 * time.Second
+		opts.InFlightTTL = DefaultInFlightTTL
 	}
 	if opts.MaxCacheTTL <= 0 {
 		opts.MaxCacheTTL = 10 * time.Minute

@@ -144,38 +144,20 @@ func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
 // SELECT … FOR UPDATE SKIP LOCKED, an UPDATE writing the lease and token,
 // COMMIT — no transaction is open during a call.
 func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
-	var jobs []outbox.Job
-	err := q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		jobs = jobs[:0]
-		rows, err := tx.Statement.ConnPool.QueryContext(ctx,
-			`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries
-			   FROM provider_calls WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
-			now.UTC(), n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+	return outbox.ClaimRows(ctx, q.db, "provider_calls",
+		`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries
+		   FROM provider_calls WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
+		[]any{now.UTC(), n},
+		func(rows *sql.Rows) (outbox.Job, error) {
 			var (
 				c       Call
 				retries int
 				kind    int
 			)
-			if err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries); err != nil {
-				return err
-			}
+			err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries)
 			c.RefundCall.Provider, c.Auto = c.Provider, kind == KindAuto
-			jobs = append(jobs, outbox.Job{ID: c.ID, Retries: retries, Payload: c})
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return outbox.MarkClaimed(ctx, tx, "provider_calls", jobs, leaseEnd, token)
-	}, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, fmt.Errorf("claim provider calls: %w", err)
-	}
-	return jobs, nil
+			return outbox.Job{ID: c.ID, Retries: retries, Payload: c}, err
+		}, leaseEnd, token)
 }
 
 // maxErrorLen is the width of provider_calls.last_error.

@@ -45,7 +45,7 @@ func scan(ctx context.Context, gdb *gorm.DB, from time.Time, merchant string, ch
 		if err := sumChunk(ctx, gdb, from, merchant, start, start+int64(chunk), totals); err != nil {
 			return nil, fmt.Errorf("settlement: read the ledger of %s: %w", date, err)
 		}
-		if err := sleep(ctx, time.Duration(readRest*float64(time.Since(began)))); err != nil {
+		if err := db.Sleep(ctx, time.Duration(readRest*float64(time.Since(began)))); err != nil {
 			return nil, err
 		}
 	}

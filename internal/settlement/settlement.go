@@ -119,7 +119,7 @@ func Run(ctx context.Context, gdb *gorm.DB, day time.Time, o Options) (Result, e
 	// Just after the day's end, let the transactions stamped before it
 	// commit first.
 	if end, now := from.AddDate(0, 0, 1), o.Now(); !now.Before(end) && now.Before(end.Add(o.Grace)) {
-		if err := sleep(ctx, end.Add(o.Grace).Sub(now)); err != nil {
+		if err := db.Sleep(ctx, end.Add(o.Grace).Sub(now)); err != nil {
 			return Result{}, err
 		}
 	}
@@ -184,7 +184,7 @@ func settleMerchant(ctx context.Context, gdb *gorm.DB, rows []Settlement, at tim
 			n, err := count(ctx, gdb, m, date)
 			return nil, int(n), err
 		case db.IsRetryable(err) && attempt < maxAttempts:
-			if err := sleep(ctx, time.Duration(attempt)*(50*time.Millisecond+rand.N(50*time.Millisecond))); err != nil {
+			if err := db.Sleep(ctx, time.Duration(attempt)*(50*time.Millisecond+rand.N(50*time.Millisecond))); err != nil {
 				return nil, 0, err
 			}
 			continue
@@ -248,15 +248,4 @@ func List(ctx context.Context, gdb *gorm.DB, merchant string, day time.Time) ([]
 		return nil, fmt.Errorf("settlement: list %s: %w", date, err)
 	}
 	return out, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -185,17 +185,9 @@ func natsCallbackOp(js jetstream.JetStream, s *service, probe *natsProbe, supply
 	return func(ctx context.Context) (opKind, error) {
 		deliveries++
 		id := fmt.Sprintf("msg_nats_%d_%d", worker, deliveries)
-		ev, dup := m.next()
-		if !dup {
-			orderNo, ok := supply.take()
-			if !ok {
-				return kindFirst, errExhausted
-			}
-			ev = newEvent(m.r, orderNo)
-		}
-		kind := kindFirst
-		if dup {
-			kind = kindReplay
+		ev, dup, kind, err := nextCallback(m, supply)
+		if err != nil {
+			return kind, err
 		}
 		h := s.callbackHeader(id, ev.body)
 		done := make(chan probeResult, 1)

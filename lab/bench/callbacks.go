@@ -269,6 +269,19 @@ func loadCompleted(row *sql.Row, codec *idempotency.Codec) error {
 	return nil
 }
 
+// nextCallback is a worker's next event: a duplicate of one of its earlier
+// successes (a replay), or a new event paying the next order of supply.
+func nextCallback(m *mix[event], supply *orderSupply) (ev event, dup bool, kind opKind, err error) {
+	if ev, dup = m.next(); dup {
+		return ev, true, kindReplay, nil
+	}
+	orderNo, ok := supply.take()
+	if !ok {
+		return event{}, false, kindFirst, errExhausted
+	}
+	return newEvent(m.r, orderNo), false, kindFirst, nil
+}
+
 // serviceCallbackOp posts signed callbacks; a duplicate is the same event
 // in a new delivery (new webhook-id, new signature), answered by a replay.
 func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
@@ -277,17 +290,9 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 	return func(ctx context.Context) (opKind, error) {
 		deliveries++
 		id := fmt.Sprintf("msg_bench_%d_%d", worker, deliveries)
-		ev, dup := m.next()
-		if !dup {
-			orderNo, ok := supply.take()
-			if !ok {
-				return kindFirst, errExhausted
-			}
-			ev = newEvent(m.r, orderNo)
-		}
-		kind := kindFirst
-		if dup {
-			kind = kindReplay
+		ev, dup, kind, err := nextCallback(m, supply)
+		if err != nil {
+			return kind, err
 		}
 		rep, err := s.post(ctx, "/v1/callbacks/"+provider, s.callbackHeader(id, ev.body), ev.body)
 		if err != nil {

@@ -185,15 +185,9 @@ func (b *bench) purgeRound(ctx context.Context, write writerFunc, purge func(con
 			})
 		}()
 	}
-	sleep := func(d time.Duration) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	sleep(b.opts.Warmup)
+	_ = db.Sleep(ctx, b.opts.Warmup) // a cancelled run stops at its next check
 	baseStart := time.Now()
-	sleep(b.opts.Duration)
+	_ = db.Sleep(ctx, b.opts.Duration)
 	purgeStart := time.Now()
 	deleted, perr := purge(ctx)
 	purgeEnd := time.Now()

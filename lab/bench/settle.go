@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/settlement"
 )
@@ -180,15 +181,9 @@ func (b *bench) settleRound(ctx context.Context, svc *service, supply *orderSupp
 			mu.Unlock()
 		})
 	}
-	sleep := func(d time.Duration) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	sleep(b.opts.Warmup)
+	_ = db.Sleep(ctx, b.opts.Warmup) // a cancelled run stops at its next check
 	baseStart := time.Now()
-	sleep(b.opts.Duration)
+	_ = db.Sleep(ctx, b.opts.Duration)
 	settleStart := time.Now()
 	res, serr := settlement.Run(ctx, svc.app.DB, day, settlement.Options{})
 	settleEnd := time.Now()

@@ -29,6 +29,7 @@ import (
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/together"
 )
 
 const (
@@ -717,25 +718,7 @@ SELECT o.merchant_order_no, o.status, o.refunded_amount, o.pending_refund_amount
 
 // cbBarrier starts n goroutines that run fn(i) all at once, and waits for
 // them.
-func cbBarrier(n int, fn func(i int)) time.Duration {
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	ready.Wait()
-	began := time.Now()
-	close(start)
-	done.Wait()
-	return time.Since(began)
-}
+func cbBarrier(n int, fn func(i int)) time.Duration { return together.Run(n, fn) }
 
 // cbTally counts answers by outcome ("200 applied", "409 idempotency_key_in_use", ...).
 type cbTally struct {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,37 +50,14 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		}
 	}
 
-	var (
-		mu       sync.Mutex
-		hits     = map[string]int{}
-		inFlight = map[string]int{}
-		overlaps int
-		total    int
-	)
+	cc := newCallCounter()
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		mu.Lock()
-		hits[id]++
-		total++
-		inFlight[id]++
-		if inFlight[id] > 1 {
-			overlaps++
-		}
-		mu.Unlock()
-		// Slow enough that a kill catches deliveries in flight.
-		time.Sleep(100 * time.Millisecond)
-		mu.Lock()
-		inFlight[id]--
-		mu.Unlock()
+		cc.call(r.Header.Get("webhook-id"), 100*time.Millisecond)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rcv.Close)
-	received := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return total
-	}
+	received := cc.calls
 
 	env := []string{"PAYSVC_NOTIFY_ENDPOINTS=" + merchant + "=" + rcv.URL + " " + secret, "PAYSVC_NOTIFY_TIMEOUT=2s"}
 	procs := []*testproc.Serve{
@@ -111,19 +87,19 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
 	repeats := 0
 	for _, id := range ids {
-		switch h := hits[id]; {
+		switch h := cc.hits[id]; {
 		case h == 0:
 			t.Errorf("event %s never reached the receiver", id)
 		case h > 1:
 			repeats += h - 1
 		}
 	}
-	if overlaps != 0 {
-		t.Errorf("%d overlapping attempts of one event", overlaps)
+	if cc.overlaps != 0 {
+		t.Errorf("%d overlapping attempts of one event", cc.overlaps)
 	}
-	t.Logf("%d events, %d deliveries, %d repeats (the killed relay's attempts whose outcome it never recorded)", n, total, repeats)
+	t.Logf("%d events, %d deliveries, %d repeats (the killed relay's attempts whose outcome it never recorded)", n, cc.total, repeats)
 }

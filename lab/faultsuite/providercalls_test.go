@@ -47,51 +47,25 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cc := newCallCounter()
 	var (
-		mu       sync.Mutex
-		hits     = map[string]int{}
-		inFlight = map[string]int{}
-		wrong    []string
-		overlaps int
-		total    int
+		mu    sync.Mutex
+		wrong []string
 	)
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		key := r.Header.Get("Idempotency-Key")
-		mu.Lock()
-		hits[key]++
-		total++
-		inFlight[key]++
-		if inFlight[key] > 1 {
-			overlaps++
-		}
 		if !strings.Contains(string(raw), `"reference":"`+key+`"`) {
+			mu.Lock()
 			wrong = append(wrong, key+" "+string(raw))
+			mu.Unlock()
 		}
-		mu.Unlock()
-		// Slow enough that a kill catches calls in flight.
-		time.Sleep(500 * time.Millisecond)
-		mu.Lock()
-		inFlight[key]--
-		mu.Unlock()
+		cc.call(key, 500*time.Millisecond)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = fmt.Fprintf(w, `{"id":"re_%s","status":"pending"}`, key)
 	}))
 	t.Cleanup(provider.Close)
-	made := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return total
-	}
-	busy := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		k := 0
-		for _, v := range inFlight {
-			k += v
-		}
-		return k
-	}
+	made, busy := cc.calls, cc.busy
 	env := []string{"PAYSVC_PROVIDER_API=mockpay=" + provider.URL + " sk_kill_test_key", "PAYSVC_NOTIFY_TIMEOUT=2s"}
 	procs := []*testproc.Serve{
 		startServe(t, "calls-1", d.DSN, env...),
@@ -118,26 +92,28 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	repeats := 0
 	for _, k := range keys {
-		switch h := hits[k]; {
+		switch h := cc.hits[k]; {
 		case h == 0:
 			t.Errorf("refund %s never reached the provider", k)
 		case h > 1:
 			repeats += h - 1
 		}
 	}
-	if len(hits) != n {
-		t.Errorf("%d distinct keys at the provider, want %d", len(hits), n)
+	if len(cc.hits) != n {
+		t.Errorf("%d distinct keys at the provider, want %d", len(cc.hits), n)
 	}
-	if overlaps != 0 {
-		t.Errorf("%d overlapping calls of one refund", overlaps)
+	if cc.overlaps != 0 {
+		t.Errorf("%d overlapping calls of one refund", cc.overlaps)
 	}
 	for _, w := range wrong {
 		t.Errorf("call whose reference is not its key: %s", w)
 	}
 	t.Logf("%d refunds, %d calls with %d distinct keys, %d repeats (the killed relay's calls whose outcome it never recorded)",
-		n, total, len(hits), repeats)
+		n, cc.total, len(cc.hits), repeats)
 }

@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
+	"github.com/paysvc/paysvc/lab/kit/together"
 	"github.com/paysvc/paysvc/lab/mockpay"
 )
 
@@ -78,30 +78,19 @@ func createStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testpro
 	before := wsrepStats(t)
 	finals := make([][duplicates]answer, keys)
 	errs := make(chan error, keys*duplicates)
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
+	requests := make([]request, keys)
 	for k := range keys {
-		r := createRequest(fmt.Sprintf("storm-%03d", k), fmt.Sprintf("mo-storm-%03d", k), 1000+k)
-		for i := range duplicates {
-			ready.Add(1)
-			done.Add(1)
-			go func() {
-				defer done.Done()
-				ready.Done()
-				<-start
-				a, err := untilFinal(ctx, procs, (k+i)%nodes, r, rec, false)
-				if err != nil {
-					errs <- err
-				}
-				finals[k][i] = a
-			}()
-		}
+		requests[k] = createRequest(fmt.Sprintf("storm-%03d", k), fmt.Sprintf("mo-storm-%03d", k), 1000+k)
 	}
-	ready.Wait()
-	began := time.Now()
-	close(start)
-	done.Wait()
-	t.Logf("create storm: %d keys × %d duplicates in %v; %v", keys, duplicates, time.Since(began).Round(time.Millisecond), rec)
+	took := together.Run(keys*duplicates, func(j int) {
+		k, i := j/duplicates, j%duplicates
+		a, err := untilFinal(ctx, procs, (k+i)%nodes, requests[k], rec, false)
+		if err != nil {
+			errs <- err
+		}
+		finals[k][i] = a
+	})
+	t.Logf("create storm: %d keys × %d duplicates in %v; %v", keys, duplicates, took.Round(time.Millisecond), rec)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -168,29 +157,15 @@ func callbackStorm(t *testing.T, ctx context.Context, c *cluster, procs []*testp
 	}
 	finals := make([][nodes]answer, len(events))
 	errs := make(chan error, len(events)*nodes)
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	for e, ev := range events {
-		for i := range nodes {
-			ready.Add(1)
-			done.Add(1)
-			go func() {
-				defer done.Done()
-				ready.Done()
-				<-start
-				a, err := untilFinal(ctx, procs, i, ev.r, rec, false)
-				if err != nil {
-					errs <- err
-				}
-				finals[e][i] = a
-			}()
+	took := together.Run(len(events)*nodes, func(j int) {
+		e, i := j/nodes, j%nodes
+		a, err := untilFinal(ctx, procs, i, events[e].r, rec, false)
+		if err != nil {
+			errs <- err
 		}
-	}
-	ready.Wait()
-	began := time.Now()
-	close(start)
-	done.Wait()
-	t.Logf("callback storm: %d payment events × %d instances in %v; %v", len(events), nodes, time.Since(began).Round(time.Millisecond), rec)
+		finals[e][i] = a
+	})
+	t.Logf("callback storm: %d payment events × %d instances in %v; %v", len(events), nodes, took.Round(time.Millisecond), rec)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -266,27 +241,14 @@ func refundRace(t *testing.T, ctx context.Context, c *cluster, procs []*testproc
 	before := wsrepStats(t)
 	finals := make([]answer, refunds)
 	errs := make(chan error, refunds)
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	for i := range refunds {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer done.Done()
-			ready.Done()
-			<-start
-			a, err := untilFinal(ctx, procs, i%nodes, refundRequest(o.no, fmt.Sprintf("race-refund-%02d", i), part), rec, false)
-			if err != nil {
-				errs <- err
-			}
-			finals[i] = a
-		}()
-	}
-	ready.Wait()
-	began := time.Now()
-	close(start)
-	done.Wait()
-	t.Logf("refund race: %d refunds of %d on order %s (amount %d) in %v; %v", refunds, part, o.no, o.amount, time.Since(began).Round(time.Millisecond), rec)
+	took := together.Run(refunds, func(i int) {
+		a, err := untilFinal(ctx, procs, i%nodes, refundRequest(o.no, fmt.Sprintf("race-refund-%02d", i), part), rec, false)
+		if err != nil {
+			errs <- err
+		}
+		finals[i] = a
+	})
+	t.Logf("refund race: %d refunds of %d on order %s (amount %d) in %v; %v", refunds, part, o.no, o.amount, took.Round(time.Millisecond), rec)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
