@@ -26,7 +26,7 @@ const (
 // while it awaits its fan-out or any delivery is pending, else failed when
 // any failed, else delivered when any was; with no delivery, the stored
 // status (none, or the outcome of a delivery made before deliveries had
-// rows of their own). idx_deliveries_pair serves the three probes.
+// rows of their own). uk_deliveries_pair serves the three probes.
 const deliveryOf = `CASE WHEN events.next_attempt_at IS NOT NULL THEN 1
   WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1) THEN 1
   WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 3) THEN 3
