@@ -41,6 +41,10 @@ var (
 const (
 	testAPIKey   = "key-acme-0123456789"
 	testMerchant = "acme"
+	// hooksAPIKey is the merchant "hooks", whose webhook endpoints the
+	// tests manage: it makes no order, so its endpoints receive nothing,
+	// and the other merchants' events are never fanned out to them.
+	hooksAPIKey = "key-hooks-0123456789"
 	// provider signs the payments the tests need (a refund needs a paid
 	// order); mockpay is the simulated provider of the lab.
 	provider       = "mockpay"
@@ -99,7 +103,10 @@ func run(m *testing.M) int {
 func testConfig(d *dbtest.DB) config.Config {
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
-	cfg.APIKeys = map[string]string{testAPIKey: testMerchant}
+	cfg.APIKeys = map[string]string{testAPIKey: testMerchant, hooksAPIKey: "hooks"}
+	// Webhook endpoints on loopback (nothing is ever sent to them).
+	cfg.Endpoints.SecretsKey = []byte("client-tests-secrets-key-32bytes")
+	cfg.Endpoints.AllowHTTP, cfg.Endpoints.AllowPrivate = true, true
 	cfg.WebhookSecrets = map[string][]string{provider: {providerSecret}}
 	return cfg
 }

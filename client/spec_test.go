@@ -97,9 +97,12 @@ func TestEveryOperationHasItsCall(t *testing.T) {
 	}
 	pay(t, paysvcURL, paid)
 
+	hooks := client.New(paysvcURL, hooksAPIKey, client.WithHTTPClient(&http.Client{Transport: rec}),
+		client.WithMaxAttempts(1), client.WithObserver(attempts.add))
 	var (
-		order   *client.Order
-		eventID string
+		order    *client.Order
+		eventID  string
+		endpoint *client.WebhookEndpoint
 	)
 	calls := []struct {
 		op   string
@@ -186,6 +189,56 @@ func TestEveryOperationHasItsCall(t *testing.T) {
 			}
 			return err
 		}},
+		{"createWebhookEndpoint", func() (err error) {
+			endpoint, err = hooks.CreateWebhookEndpoint(ctx, client.CreateWebhookEndpointRequest{
+				URL: "http://127.0.0.1:9/hooks", EnabledEvents: []string{string(client.EventOrderPaid)}, Description: "every call"})
+			if err == nil && (endpoint.Status != "enabled" || endpoint.URL != "http://127.0.0.1:9/hooks") {
+				t.Errorf("created endpoint %+v", endpoint)
+			}
+			return err
+		}},
+		{"listWebhookEndpoints", func() error {
+			l, err := hooks.ListWebhookEndpoints(ctx)
+			if err == nil && (len(l.Data) != 1 || l.Data[0].ID != endpoint.ID) {
+				t.Errorf("endpoints %+v, want the one created", l)
+			}
+			return err
+		}},
+		{"getWebhookEndpoint", func() error {
+			e, err := hooks.GetWebhookEndpoint(ctx, endpoint.ID)
+			if err == nil && e.ID != endpoint.ID {
+				t.Errorf("endpoint %+v", e)
+			}
+			return err
+		}},
+		{"updateWebhookEndpoint", func() error {
+			disabled := "disabled"
+			e, err := hooks.UpdateWebhookEndpoint(ctx, endpoint.ID, client.UpdateWebhookEndpointRequest{Status: &disabled})
+			if err == nil && (e.Status != "disabled" || e.DisabledReason == nil || *e.DisabledReason != "manual") {
+				t.Errorf("disabled endpoint %+v", e)
+			}
+			return err
+		}},
+		{"rotateWebhookEndpointSecret", func() error {
+			overlap := int64(60)
+			_, err := hooks.RotateWebhookEndpointSecret(ctx, endpoint.ID, client.RotateSecretRequest{ExpiresIn: &overlap})
+			return err
+		}},
+		{"getWebhookEndpointSecret", func() error {
+			s, err := hooks.GetWebhookEndpointSecret(ctx, endpoint.ID)
+			if err == nil && (len(s.Secrets) != 2 || !strings.HasPrefix(s.Secrets[0].Secret, "whsec_")) {
+				t.Errorf("secrets after a rotation with overlap: %d, want 2", len(s.Secrets))
+			}
+			return err
+		}},
+		{"recoverWebhookEndpoint", func() error {
+			r, err := hooks.RecoverWebhookEndpoint(ctx, endpoint.ID, client.RecoverRequest{Since: time.Now().Add(-time.Hour)})
+			if err == nil && r.Scheduled != 0 {
+				t.Errorf("recover of an endpoint that never had a delivery scheduled %d", r.Scheduled)
+			}
+			return err
+		}},
+		{"deleteWebhookEndpoint", func() error { return hooks.DeleteWebhookEndpoint(ctx, endpoint.ID) }},
 		{"getOpenAPI", func() error {
 			spec, err := c.OpenAPI(ctx)
 			if err == nil && !bytes.Equal(spec, api.Spec) {
@@ -263,6 +316,10 @@ func TestTypesHaveTheDocumentsFields(t *testing.T) {
 		"DeliveryAttempt": client.DeliveryAttempt{}, "Settlement": client.Settlement{}, "SettlementList": client.SettlementList{},
 		"Health": client.Health{}, "UnavailableProblem": client.Error{}, "AutomaticRefund": client.EventRefund{},
 		"ReportedRefund": client.ReportedRefund{}, "DeliveryAttemptList": client.DeliveryAttemptList{},
+		"WebhookEndpoint": client.WebhookEndpoint{}, "WebhookEndpointList": client.WebhookEndpointList{},
+		"CreateWebhookEndpointRequest": client.CreateWebhookEndpointRequest{}, "UpdateWebhookEndpointRequest": client.UpdateWebhookEndpointRequest{},
+		"RotateSecretRequest": client.RotateSecretRequest{}, "WebhookEndpointSecrets": client.WebhookEndpointSecrets{},
+		"RecoverRequest": client.RecoverRequest{}, "RecoverResult": client.RecoverResult{}, "EndpointDelivery": client.EndpointDelivery{},
 	}
 	unions := map[string][]string{"AutomaticRefund": {"Refund", "AutomaticRefund"}}
 	for name, v := range types {

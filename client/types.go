@@ -102,6 +102,7 @@ const (
 	EventRefundSucceeded        EventType = "refund.succeeded"
 	EventRefundFailed           EventType = "refund.failed"
 	EventRefundMismatched       EventType = "refund.mismatched"
+	EventEndpointDisabled       EventType = "endpoint.disabled"
 	EventPaymentFlagged         EventType = "payment.flagged"
 	EventPaymentRefunded        EventType = "payment.refunded"
 )
@@ -119,7 +120,11 @@ type Event struct {
 // EventData is what an event carries. Order is the order as GetOrder
 // returned it when the event was written.
 type EventData struct {
+	// Order is the order the event is about (every type but
+	// endpoint.disabled).
 	Order Order `json:"order"`
+	// Endpoint is the endpoint endpoint.disabled disabled.
+	Endpoint *WebhookEndpoint `json:"endpoint,omitempty"`
 	// Reason is why an order.closed order was closed: "cancelled" or
 	// "expired".
 	Reason string `json:"reason,omitempty"`
@@ -185,12 +190,15 @@ type ListEventsParams struct {
 type EventWithDelivery struct {
 	Event
 	Delivery Delivery `json:"delivery"`
+	// Deliveries are the event's deliveries, one per endpoint it went to.
+	Deliveries []EndpointDelivery `json:"deliveries"`
 }
 
-// Delivery is the state of an event's notification: "none" (no endpoint
-// when it was written), "pending", "delivered" or "failed", with the
-// number of attempts so far and the latest of them (ListEventAttempts
-// pages through all).
+// Delivery is the summary of an event's deliveries: "none" (no endpoint
+// took it), "pending" (one is due or in flight, or the event awaits its
+// fan-out), "failed" (one ran out of retries, none pending) or
+// "delivered", with the number of attempts so far and the latest of them
+// (ListEventAttempts pages through all).
 type Delivery struct {
 	Status       string            `json:"status"`
 	AttemptCount int64             `json:"attempt_count"`
