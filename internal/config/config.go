@@ -141,7 +141,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.duration(envInFlightWait, &c.InFlightWait, "5s, 500ms", false)
 	l.duration(envPurgeInterval, &c.PurgeInterval, "1m, 30s; 0 disables", true)
 	l.intRange(envPurgeBatch, &c.PurgeBatch, 1, maxPurgeBatch, "5000")
-	l.autoMigrate(&c.AutoMigrate)
+	l.boolean(envAutoMigrate, &c.AutoMigrate)
 	l.duration(envShutdownTimeout, &c.ShutdownTimeout, "10s, 1m", false)
 	l.logLevel(&c.LogLevel)
 	l.intRange(envDBMaxConns, &c.DBMaxConns, 1, maxDBConns, "32")

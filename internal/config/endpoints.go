@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/base64"
 	"log/slog"
-	"strings"
 	"time"
 )
 
@@ -59,21 +58,6 @@ func (l *loader) secretsKey(name string) []byte {
 	}
 	l.fail(name, "is not base64 (make one with: openssl rand -base64 32)")
 	return nil
-}
-
-func (l *loader) boolean(name string, dst *bool) {
-	v, ok := l.get(name)
-	if !ok {
-		return
-	}
-	switch strings.ToLower(v) {
-	case "true", "1":
-		*dst = true
-	case "false", "0":
-		*dst = false
-	default:
-		l.fail(name, "%q is not a boolean (true, false, 1 or 0)", v)
-	}
 }
 
 func endpointsLog(e Endpoints) slog.Value {

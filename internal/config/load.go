@@ -111,8 +111,8 @@ func (l *loader) intRange(name string, dst *int, lo, hi int, example string) {
 	}
 }
 
-func (l *loader) autoMigrate(dst *bool) {
-	v, ok := l.get(envAutoMigrate)
+func (l *loader) boolean(name string, dst *bool) {
+	v, ok := l.get(name)
 	if !ok {
 		return
 	}
@@ -122,7 +122,7 @@ func (l *loader) autoMigrate(dst *bool) {
 	case "false", "0":
 		*dst = false
 	default:
-		l.fail(envAutoMigrate, "%q is not a boolean (true, false, 1 or 0)", v)
+		l.fail(name, "%q is not a boolean (true, false, 1 or 0)", v)
 	}
 }
 
