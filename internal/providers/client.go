@@ -17,10 +17,10 @@ const DefaultTimeout = 15 * time.Second
 // MaxAnswer is the most of a provider's answer that is read: a longer one
 // is a failed attempt (ErrAnswerTooLarge), not an allocation of whatever
 // size the other side chose.
-const MaxAnswer = 1 << 20
+const MaxAnswer = 64 << 10
 
 // ErrAnswerTooLarge: the answer's body went past MaxAnswer.
-var ErrAnswerTooLarge = errors.New("provider answer larger than 1 MiB")
+var ErrAnswerTooLarge = errors.New("provider answer larger than 64 KiB")
 
 // ErrRedirect: the provider answered with a redirect (3xx), which is never
 // followed.

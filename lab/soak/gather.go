@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// waitQuiet waits until nothing is pending: no event awaiting delivery,
+// waitQuiet waits until nothing is pending: no event awaiting its fan-out
+// and no delivery awaiting its attempt,
 // no provider call not yet done or failed, no refund awaiting its
 // provider's callback, no order still CREATED (the sweep has expired every
 // one, or found its payment at the provider: a payment whose callback was
@@ -28,13 +29,14 @@ func (s *system) waitQuiet(ctx context.Context, t *traffic) (bool, string) {
 		var events, calls, refunds, created int
 		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err := conn.QueryRowContext(qctx, `SELECT
-			(SELECT COUNT(*) FROM events WHERE delivery = 1),
+			(SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL) +
+			(SELECT COUNT(*) FROM deliveries WHERE status = 1),
 			(SELECT COUNT(*) FROM provider_calls WHERE status = 0),
 			(SELECT COUNT(*) FROM refunds WHERE status = 'PENDING'),
 			(SELECT COUNT(*) FROM orders WHERE status = 'CREATED')`).Scan(&events, &calls, &refunds, &created)
 		cancel()
 		if err == nil {
-			last = fmt.Sprintf("%d events pending delivery, %d provider calls pending, %d refunds awaiting their callback, %d orders not yet paid or expired",
+			last = fmt.Sprintf("%d events or deliveries pending, %d provider calls pending, %d refunds awaiting their callback, %d orders not yet paid or expired",
 				events, calls, refunds, created)
 			if events == 0 && calls == 0 && refunds == 0 && created == 0 {
 				s.api.Wait()
@@ -182,7 +184,7 @@ func (s *system) snapshot(ctx context.Context, d *Snapshot) error {
 		})
 	}
 	if err == nil {
-		err = rows(`SELECT id, merchant_id, type, data, delivery FROM events`, func(r *sql.Rows) error {
+		err = rows(`SELECT id, merchant_id, type, data, `+eventDelivery+` FROM events`, func(r *sql.Rows) error {
 			var e DBEvent
 			var data []byte
 			if err := r.Scan(&e.ID, &e.Merchant, &e.Type, &data, &e.Delivery); err != nil {
@@ -229,3 +231,13 @@ func (s *system) snapshot(ctx context.Context, d *Snapshot) error {
 	}
 	return err
 }
+
+// eventDelivery is an event's delivery status as GET /v1/events/{id}
+// reports it (events.deliveryOf): pending while it awaits its fan-out or
+// a delivery is pending, else failed when any delivery failed, else
+// delivered when any was, else the stored status.
+const eventDelivery = `CASE WHEN events.next_attempt_at IS NOT NULL THEN 1
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1) THEN 1
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 3) THEN 3
+  WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 2) THEN 2
+  ELSE events.delivery END`
