@@ -211,3 +211,36 @@ func testCounter(t *testing.T, a *app.App, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// The retention pass purges the request log's rows older than the
+// longest idempotency window (here the callbacks', 30 days against 1),
+// and keeps the younger.
+func TestPurgeRemovesOldRequestLogRows(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	cfg := config.Defaults()
+	cfg.DSN = d.DSN
+	cfg.IdempotencyTTL = 24 * time.Hour
+	cfg.CallbackTTL = 30 * 24 * time.Hour
+	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	now := time.Now().UTC()
+	for i, at := range []time.Time{now.Add(-31 * 24 * time.Hour), now.Add(-29 * 24 * time.Hour), now.Add(-time.Hour)} {
+		if err := d.Gorm.Exec(`INSERT INTO request_log (at, kind, idem_key, outcome, status, fingerprint) VALUES (?, 'order_create', ?, 'ran', 201, ?)`,
+			at, "k"+strconv.Itoa(i), make([]byte, 8)).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM request_log`); n != 2 {
+		t.Fatalf("%d rows left, want the 2 within 30 days", n)
+	}
+	if n := d.Count(t, `SELECT COUNT(*) FROM request_log WHERE idem_key = 'k0'`); n != 0 {
+		t.Fatal("the 31-day-old row is still there")
+	}
+}

@@ -217,7 +217,7 @@ func cut(s string, n int) string {
 	return s
 }
 
-// orderNoOf reads the top-level "order_no" of a JSON response body; ”
+// orderNoOf reads the top-level "order_no" of a JSON response body, empty
 // when it has none.
 func orderNoOf(body []byte) string {
 	var v struct {
