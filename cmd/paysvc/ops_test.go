@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	reconcilepkg "github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -27,6 +28,9 @@ func TestReconcileExitCodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, ": clean") {
 		t.Fatalf("clean books: %v\n%s", err, out)
 	}
+	if last, found, err := reconcilepkg.LastRun(ctx, d.Gorm); err != nil || !found || last.Status != reconcilepkg.StatusClean {
+		t.Fatalf("the clean run's record: %+v, %v, %v", last, found, err)
+	}
 
 	// An order that says PAID with no payment behind it.
 	if err := d.Gorm.Exec(`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency, created_at, updated_at, paid_at)
@@ -41,6 +45,10 @@ func TestReconcileExitCodes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if last, found, err := reconcilepkg.LastRun(ctx, d.Gorm); err != nil || !found || last.Status != reconcilepkg.StatusFindings ||
+		last.Findings != 2 || len(last.Summary.Findings) != 2 {
+		t.Fatalf("the run with findings' record: %+v, %v, %v", last, found, err)
 	}
 
 	// Nothing listens on port 1.

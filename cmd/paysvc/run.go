@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
@@ -206,16 +207,23 @@ func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
 	return nil
 }
 
-// reconcileCmd prints the findings; exit 0 clean, 1 findings, 2 could not
-// run.
+// reconcileCmd prints the findings and records the run in reconcile_runs
+// (a run whose checks failed too, if the database takes it); exit 0
+// clean, 1 findings, 2 could not run or not record it.
 func reconcileCmd(ctx context.Context, cfg config.Config, stdout io.Writer) error {
 	gdb, err := openDB(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	defer db.Close(gdb)
+	started := time.Now()
 	rep, err := reconcile.Run(ctx, gdb)
 	if err != nil {
+		_, _ = reconcile.Record(ctx, gdb, started, time.Now(), reconcile.Report{}, err)
+		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
+	}
+	if _, err := reconcile.Record(ctx, gdb, started, time.Now(), rep, nil); err != nil {
+		rep.Print(stdout)
 		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
 	}
 	rep.Print(stdout)
