@@ -1,0 +1,3 @@
+ALTER TABLE payments DROP KEY idx_payments_result;
+
+DROP TABLE IF EXISTS console_sessions
