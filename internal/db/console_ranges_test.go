@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/requestlog"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
@@ -24,14 +25,15 @@ const digits6 = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL 
 const seqMillion = `SELECT a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d + 100000*g.d AS n
   FROM ` + digits6 + ` a, ` + digits6 + ` b, ` + digits6 + ` c, ` + digits6 + ` e, ` + digits6 + ` f, ` + digits6 + ` g`
 
-// The operator console's reads (an order's request log, today's counts,
-// the request log's purge, the flagged payments) read their range, not
-// their table: each table holds a million rows outside the range (other
-// orders' requests, between the purge's cutoff and the counts' start;
-// applied payments) and a handful inside it, and the index entries and
+// The operator console's reads (an order's request log and events,
+// today's counts, the request log's purge, the flagged payments) read
+// their range, not their table: each table holds a million rows outside
+// the range (other orders' requests, between the purge's cutoff and the
+// counts' start; other orders' events; applied payments) and a handful
+// inside it, and the index entries and
 // rows the server reads for each query (its Handler_read_* counters)
 // stay within a small bound of the rows it returns (measured on MariaDB
-// 10.11: 6, 2, 13, 44 and 7 for the cases below, in that order).
+// 10.11: 6, 2, 13, 41, 44 and 7 for the cases below, in that order).
 func TestConsoleQueriesReadTheirRange(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
@@ -73,7 +75,19 @@ func TestConsoleQueriesReadTheirRange(t *testing.T) {
 		VALUES ('mockpay', 'txn_failed', 'ord_1', 'FAILED', 'late_payment', 100, 'EUR', ?, ?)`, since, since).Error; err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Gorm.Exec(`ANALYZE TABLE request_log, payments`).Error; err != nil {
+	// A million events of other orders, and three of the one asked for.
+	if err := d.Gorm.Exec(`INSERT INTO events (id, merchant_id, order_no, type, created_at, data, delivery)
+		SELECT CONCAT('evt_0', LPAD(n, 25, '0')), 'acme', CONCAT('ord_', n), 'order.paid', ?, '{}', 0
+		  FROM (`+seqMillion+`) s`, since).Error; err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := d.Gorm.Exec(`INSERT INTO events (id, merchant_id, order_no, type, created_at, data, delivery)
+			VALUES (?, 'acme', 'ord_target', 'order.paid', ?, '{}', 0)`, events.NewIDAt(since.Add(time.Duration(i)*time.Second)), since).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Gorm.Exec(`ANALYZE TABLE request_log, payments, events`).Error; err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,6 +109,10 @@ func TestConsoleQueriesReadTheirRange(t *testing.T) {
 			c, err := requestlog.Counts(ctx, pool, since)
 			return int(c.Total), err
 		}, 5},
+		{"an order's events", func(pool *gorm.DB) (int, error) {
+			evs, _, err := events.ForOrder(ctx, pool, "ord_target", "", 10)
+			return len(evs), err
+		}, 3},
 		{"the flagged payments", func(pool *gorm.DB) (int, error) {
 			rows, err := payments.ListFlagged(ctx, pool, 0, 50)
 			return len(rows), err
