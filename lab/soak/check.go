@@ -21,7 +21,11 @@ type History struct {
 	Callbacks CallbackStats
 	Provider  ProviderRecord
 	Received  map[string]Received // by webhook-id
-	DB        Snapshot
+	// EndpointEvents is the filter of the webhook endpoint every merchant
+	// registered through the API beside its PAYSVC_NOTIFY_ENDPOINTS one;
+	// nil: none registered.
+	EndpointEvents []string
+	DB             Snapshot
 	// Reconcile is `paysvc reconcile`'s exit code and output.
 	ReconcileCode   int
 	ReconcileOutput string
@@ -120,11 +124,14 @@ type ProviderRefund struct {
 	Reference    string
 }
 
-// Received is what the merchant receiver got for one webhook-id.
+// Received is what the merchant receiver got for one webhook-id:
+// Deliveries at the merchant's PAYSVC_NOTIFY_ENDPOINTS endpoint,
+// EndpointDeliveries at its API endpoint.
 type Received struct {
-	Type       string
-	OrderNo    string
-	Deliveries int
+	Type               string
+	OrderNo            string
+	Deliveries         int
+	EndpointDeliveries int
 }
 
 // Snapshot is what the database holds at the end.
@@ -435,7 +442,7 @@ func checkProvider(h *History) *Invariant {
 func checkEvents(h *History) *Invariant {
 	iv := &Invariant{Name: InvEvents}
 	has := map[string]bool{} // type + " " + subject
-	var undelivered, phantom, failed int
+	var undelivered, phantom, failed, missed, unfiltered int
 	for _, e := range h.DB.Events {
 		has[e.Type+" "+e.OrderNo] = true
 		if e.RefundNo != "" {
@@ -447,6 +454,17 @@ func checkEvents(h *History) *Invariant {
 		if r, ok := h.Received[e.ID]; !ok || r.Deliveries == 0 {
 			undelivered++
 			iv.violation("event %s (%s of %s) never reached its endpoint", e.ID, e.Type, e.OrderNo)
+		}
+		if h.EndpointEvents != nil {
+			r := h.Received[e.ID]
+			switch wanted := contains(h.EndpointEvents, e.Type); {
+			case wanted && r.EndpointDeliveries == 0:
+				missed++
+				iv.violation("event %s (%s of %s) never reached the merchant's API endpoint", e.ID, e.Type, e.OrderNo)
+			case !wanted && r.EndpointDeliveries > 0:
+				unfiltered++
+				iv.violation("event %s (%s of %s) reached the API endpoint, whose filter does not take it", e.ID, e.Type, e.OrderNo)
+			}
 		}
 		if e.Delivery == 3 {
 			failed++
@@ -499,12 +517,16 @@ func checkEvents(h *History) *Invariant {
 	}
 	var deliveries int
 	for _, r := range h.Received {
-		deliveries += r.Deliveries
+		deliveries += r.Deliveries + r.EndpointDeliveries
 	}
 	iv.count("events", len(h.DB.Events), false)
 	iv.count("deliveries received", deliveries, false)
 	iv.count("missing events", missing, true)
 	iv.count("undelivered", undelivered, true)
+	if h.EndpointEvents != nil {
+		iv.count("missed by the API endpoint", missed, true)
+		iv.count("outside its filter", unfiltered, true)
+	}
 	iv.count("delivery failed for good", failed, true)
 	iv.count("received, not in the database", phantom, true)
 	return iv

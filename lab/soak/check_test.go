@@ -33,13 +33,14 @@ func goodHistory() *History {
 			},
 		},
 		Received: map[string]Received{
-			"e1": {Type: "order.paid", OrderNo: "o1", Deliveries: 1},
+			"e1": {Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1},
 			"e2": {Type: "order.closed", OrderNo: "o2", Deliveries: 2},
-			"e3": {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1},
+			"e3": {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 2},
 			"e4": {Type: "order.partially_refunded", OrderNo: "o1", Deliveries: 1},
-			"e5": {Type: "order.paid", OrderNo: "o3", Deliveries: 1},
-			"e6": {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1},
+			"e5": {Type: "order.paid", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1},
+			"e6": {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1},
 		},
+		EndpointEvents: []string{"order.paid", "refund.succeeded", "payment.flagged"},
 		DB: Snapshot{
 			Orders: map[string]DBOrder{
 				"o1": {OrderNo: "o1", Merchant: "m", MerchantOrderNo: "mo1", Status: "PARTIALLY_REFUNDED", Amount: 1000, Refunded: 300},
@@ -148,6 +149,16 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			delete(h.Received, "e1")
 		}},
 		{"an event never delivered", InvEvents, "undelivered", func(h *History) { delete(h.Received, "e2") }},
+		{"an event the API endpoint takes never reached it", InvEvents, "missed by the API endpoint", func(h *History) {
+			r := h.Received["e3"]
+			r.EndpointDeliveries = 0
+			h.Received["e3"] = r
+		}},
+		{"an event the API endpoint's filter refuses reached it", InvEvents, "outside its filter", func(h *History) {
+			r := h.Received["e2"]
+			r.EndpointDeliveries = 1
+			h.Received["e2"] = r
+		}},
 		{"an event whose delivery failed for good", InvEvents, "delivery failed for good", func(h *History) { h.DB.Events[1].Delivery = 3 }},
 		{"a delivery of an event the database does not hold", InvEvents, "received, not in the database", func(h *History) {
 			h.Received["e99"] = Received{Type: "order.paid", Deliveries: 1}

@@ -83,6 +83,7 @@ func (s *system) gather(ctx context.Context, t *traffic, h *History) error {
 		h.Provider.Refunds[r.Key] = pr
 	}
 	h.Received = s.receiver.snapshot()
+	h.EndpointEvents = endpointEvents
 	h.RevokedProbes, h.RevokedAccepted = int(t.probes.Load()), int(t.probeAccepted.Load())
 	if err := s.snapshot(ctx, &h.DB); err != nil {
 		return fmt.Errorf("read the database: %w", err)

@@ -17,14 +17,17 @@ const (
 	receiverHang       // holds the request past paysvc's notify timeout
 )
 
-// receiver is the merchants' webhook endpoint: it verifies each delivery
-// (package client's Verifier) and records it by webhook-id.
+// receiver is the merchants' webhook endpoints: under /{merchant} their
+// PAYSVC_NOTIFY_ENDPOINTS endpoint, under /api/{merchant} the endpoint
+// each registered through the API, with a secret of its own. It verifies
+// each delivery (package client's Verifier) and records it by webhook-id.
 type receiver struct {
 	verifier *client.Verifier
 	hang     time.Duration
 	mode     atomic.Int32
 
 	mu       sync.Mutex
+	api      map[string]*client.Verifier // by path
 	got      map[string]Received
 	badSig   int
 	refused  int
@@ -32,7 +35,14 @@ type receiver struct {
 }
 
 func newReceiver(v *client.Verifier, hang time.Duration) *receiver {
-	return &receiver{verifier: v, hang: hang, got: map[string]Received{}}
+	return &receiver{verifier: v, hang: hang, got: map[string]Received{}, api: map[string]*client.Verifier{}}
+}
+
+// addEndpoint makes path an API endpoint whose deliveries v verifies.
+func (r *receiver) addEndpoint(path string, v *client.Verifier) {
+	r.mu.Lock()
+	r.api[path] = v
+	r.mu.Unlock()
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -59,7 +69,13 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "too late", http.StatusServiceUnavailable)
 		return
 	}
-	ev, err := r.verifier.VerifyEvent(req.Header, body)
+	r.mu.Lock()
+	v, api := r.api[req.URL.Path]
+	r.mu.Unlock()
+	if !api {
+		v = r.verifier
+	}
+	ev, err := v.VerifyEvent(req.Header, body)
 	if err != nil {
 		r.mu.Lock()
 		r.badSig++
@@ -70,7 +86,11 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	g := r.got[ev.ID]
 	g.Type, g.OrderNo = string(ev.Type), ev.Data.Order.OrderNo
-	g.Deliveries++
+	if api {
+		g.EndpointDeliveries++
+	} else {
+		g.Deliveries++
+	}
 	r.got[ev.ID] = g
 	r.answered++
 	r.mu.Unlock()

@@ -87,7 +87,14 @@ const (
 	providerKey      = "sk_soak_provider_key"
 	secretText       = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	notifySecretText = "whsec_c29hay1yZWNlaXZlci1zZWNyZXQtMDEyMzQ1Njc4OQ=="
+	// secretsKey seals the API endpoints' secrets (32 bytes, base64).
+	secretsKey = "c29hay1zZWNyZXRzLWtleS0wMTIzNDU2Nzg5YWJjZGU="
 )
+
+// endpointEvents is the filter of the endpoint each merchant registers
+// through the API: some of the types, so that the fan-out's filtering is
+// checked as well as its deliveries.
+var endpointEvents = []string{"order.paid", "refund.succeeded", "payment.flagged"}
 
 // Result is a finished run.
 type Result struct {
@@ -161,6 +168,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 	if s.dir == "" {
 		d, err := os.MkdirTemp("", "paysvc-soak-")
 		if err != nil {
+			return nil, err
+		}
+		// MkdirTemp makes it 0700; the Galera nodes run as mysql when the
+		// soak runs as root, and must reach their data directories in it.
+		if err := os.Chmod(d, 0o755); err != nil {
 			return nil, err
 		}
 		s.dir = d
@@ -302,6 +314,34 @@ func (s *system) start(ctx context.Context, rng *rand.Rand) error {
 			return fmt.Errorf("serve-%d: %w (log: %s)", i+1, err, s.serves[i].logPath)
 		}
 	}
+	return s.registerEndpoints(ctx)
+}
+
+// registerEndpoints gives every merchant a webhook endpoint through the
+// API, beside its PAYSVC_NOTIFY_ENDPOINTS one: every event is fanned out
+// to both, and the API one takes only endpointEvents.
+func (s *system) registerEndpoints(ctx context.Context) error {
+	for _, m := range s.merchants {
+		c := client.New(s.instanceURL(0), m.key)
+		e, err := c.CreateWebhookEndpoint(ctx, client.CreateWebhookEndpointRequest{
+			URL: s.receiverURL + "/api/" + m.id, EnabledEvents: endpointEvents, Description: "soak"})
+		if err != nil {
+			return fmt.Errorf("webhook endpoint of %s: %w", m.id, err)
+		}
+		secrets, err := c.GetWebhookEndpointSecret(ctx, e.ID)
+		if err != nil {
+			return fmt.Errorf("secret of %s: %w", e.ID, err)
+		}
+		var texts []string
+		for _, x := range secrets.Secrets {
+			texts = append(texts, x.Secret)
+		}
+		v, err := client.NewVerifier(texts, 5*time.Minute)
+		if err != nil {
+			return fmt.Errorf("secret of %s: %w", e.ID, err)
+		}
+		s.receiver.addEndpoint("/api/"+m.id, v)
+	}
 	return nil
 }
 
@@ -338,6 +378,10 @@ func (s *system) serveEnv(i int) []string {
 		"PAYSVC_REQUEST_TIMEOUT="+requestTimeout.String(),
 		"PAYSVC_SHUTDOWN_TIMEOUT=5s",
 		"PAYSVC_NOTIFY_ENDPOINTS="+strings.Join(endpoints, ","),
+		// The receiver listens on loopback over plain HTTP.
+		"PAYSVC_SECRETS_KEY="+secretsKey,
+		"PAYSVC_NOTIFY_ALLOW_HTTP=true",
+		"PAYSVC_NOTIFY_ALLOW_PRIVATE=true",
 		"PAYSVC_NOTIFY_TIMEOUT="+notifyTimeout.String(),
 		"PAYSVC_NOTIFY_SCHEDULE="+notifySchedule,
 		"PAYSVC_PROVIDER_API=mockpay="+s.providerURL+" "+providerKey,
