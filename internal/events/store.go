@@ -66,6 +66,39 @@ func List(ctx context.Context, gdb *gorm.DB, merchantID, after string, limit int
 	return out, more, nil
 }
 
+// ForOrder returns up to limit of an order's events (any merchant's: for
+// the operator console) with ids after after ("" = from the oldest kept),
+// in id order, and whether more follow. One range read of
+// idx_events_order, limit+1 rows. Events written before events had an
+// order_no column are not found (migrations/000016).
+func ForOrder(ctx context.Context, gdb *gorm.DB, orderNo, after string, limit int) ([]Event, bool, error) {
+	if orderNo == "" || limit < 1 || limit > MaxLimit {
+		return nil, false, fmt.Errorf("order %q, limit %d: %w", orderNo, limit, validate.ErrInvalid)
+	}
+	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
+		selectEvent+` FORCE INDEX (idx_events_order) WHERE order_no = ? AND id > ? ORDER BY id LIMIT ?`, orderNo, after, limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("events of order %q: %w", orderNo, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, false, fmt.Errorf("events of order %q: %w", orderNo, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("events of order %q: %w", orderNo, err)
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
 // Get reads a merchant's event; another merchant's is ErrNotFound.
 func Get(ctx context.Context, gdb *gorm.DB, merchantID, id string) (Event, error) {
 	if !ValidID(id) {
