@@ -3,18 +3,10 @@
 -- copy of the table opens no session. A session ends at expires_at (12 h
 -- after sign-in) or when its row is deleted by sign-out;
 -- idx_console_sessions_expires lets sign-in remove the ended ones.
---
--- The second statement serves the console's flagged payments (results
--- duplicate_payment, late_payment and amount_mismatch): a range of
--- idx_payments_result in id order, instead of a scan of every payment.
--- As in 000008, the CREATE is IF NOT EXISTS and the one ALTER comes last,
--- so an interrupted run can be redone.
-CREATE TABLE IF NOT EXISTS console_sessions (
+CREATE TABLE console_sessions (
   token_hash BINARY(32)  NOT NULL,
   created_at DATETIME(6) NOT NULL,
   expires_at DATETIME(6) NOT NULL,
   PRIMARY KEY (token_hash),
   KEY idx_console_sessions_expires (expires_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
-
-ALTER TABLE payments ADD KEY idx_payments_result (result, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4

@@ -531,7 +531,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 			today),
 		"ov-callbacks-duplicate_payment": e.count(`SELECT COUNT(*) FROM request_log WHERE at >= ? AND kind = 'callback' AND result = 'duplicate_payment'`,
 			today),
-		"ov-flagged":             e.count(`SELECT COUNT(*) FROM payments WHERE result IN ('duplicate_payment', 'late_payment', 'amount_mismatch')`),
+		"ov-flagged":             e.count(`SELECT COUNT(*) FROM payments WHERE result IN ('duplicate_payment', 'late_payment', 'amount_mismatch') AND status = 'SUCCEEDED'`),
 		"ov-outbox-pending":      e.count(`SELECT (SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL) + (SELECT COUNT(*) FROM deliveries WHERE next_attempt_at IS NOT NULL)`),
 		"ov-reconcile-findings":  1,
 		"ov-reconcile-to-refund": 1,

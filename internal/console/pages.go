@@ -14,6 +14,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/orders"
+	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/requestlog"
 )
@@ -211,14 +212,15 @@ func (c *Console) endpointsPage(w http.ResponseWriter, r *http.Request, v *view)
 }
 
 func (c *Console) flagged(w http.ResponseWriter, r *http.Request, v *view) {
-	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
-	fs, next, err := flaggedPayments(r.Context(), c.db, after)
+	before, _ := strconv.ParseInt(r.URL.Query().Get("before"), 10, 64)
+	fs, err := payments.ListFlagged(r.Context(), c.db, before, PageSize+1)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	if next != 0 {
-		v.Next = Prefix + "/flagged?after=" + strconv.FormatInt(next, 10)
+	if len(fs) > PageSize {
+		fs = fs[:PageSize]
+		v.Next = Prefix + "/flagged?before=" + strconv.FormatInt(fs[PageSize-1].ID, 10)
 	}
 	v.Nav, v.Data = "flagged", fs
 	c.render(w, r, http.StatusOK, "flagged", v)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -27,7 +26,7 @@ const (
 	// Order numbers are "ord_" + ULID, time-ordered: today's orders are a
 	// range of the primary key.
 	qOrdersToday  = `SELECT status, COUNT(*) FROM orders WHERE order_no >= ? GROUP BY status`
-	qFlaggedCount = `SELECT COUNT(*) FROM payments FORCE INDEX (idx_payments_result) WHERE result IN (?, ?, ?)`
+	qFlaggedCount = `SELECT COUNT(*) FROM payments FORCE INDEX (idx_payments_flagged) WHERE result IN (?, ?, ?) AND status = 'SUCCEEDED'`
 
 	orderColumns       = `order_no, merchant_id, merchant_order_no, status, amount, currency, refunded_amount, pending_refund_amount, created_at, updated_at, paid_at`
 	qOrderByNo         = `SELECT ` + orderColumns + ` FROM orders WHERE order_no = ?`
@@ -41,7 +40,6 @@ const (
 	callColumns      = `id, provider, kind, refund_no, payment_txn_id, amount, currency, status, retries, COALESCE(settled, ''), last_error, created_at, updated_at`
 	qCallsOfRefunds  = `SELECT ` + callColumns + ` FROM provider_calls WHERE refund_no IN (%s) LIMIT ?`
 	qCallsOfPayments = `SELECT ` + callColumns + ` FROM provider_calls WHERE %s LIMIT ?`
-	qEventsOfOrder   = `SELECT id, merchant_id, type, created_at, delivery FROM events FORCE INDEX (idx_events_order) WHERE order_no = ? ORDER BY id LIMIT ?`
 	qAttemptsOf      = `SELECT event_id, endpoint_id, at, status_code, error, duration_ms FROM event_attempts WHERE event_id IN (%s) ORDER BY event_id, id LIMIT ?`
 
 	qFailedOfEndpoint = `SELECT id, event_id, endpoint_id, merchant_id, retries FROM deliveries FORCE INDEX (idx_deliveries_endpoint)
@@ -53,7 +51,6 @@ const (
 	qEndpointCounts = `SELECT endpoint_id, status, COUNT(*) FROM deliveries FORCE INDEX (idx_deliveries_endpoint) WHERE endpoint_id IN (%s) AND status IN (1, 3) GROUP BY endpoint_id, status`
 	qEndpointOwner  = `SELECT merchant_id FROM webhook_endpoints WHERE id = ?`
 
-	qFlagged       = `SELECT id, provider, txn_id, order_no, result, amount, currency, created_at FROM payments FORCE INDEX (idx_payments_result) WHERE result = ? AND id > ? ORDER BY id LIMIT ?`
 	qMerchants     = `SELECT merchant_id, name, created_at FROM merchants WHERE merchant_id > ? ORDER BY merchant_id LIMIT ?`
 	qKeysOf        = `SELECT id, merchant_id, prefix, created_at, expires_at, revoked_at, last_used_at FROM api_keys FORCE INDEX (idx_api_keys_merchant) WHERE merchant_id IN (%s) ORDER BY merchant_id, id LIMIT ?`
 	qSettlementDay = `SELECT merchant_id, currency, payments_count, payments_amount, refunds_count, refunds_amount, net FROM settlements FORCE INDEX (idx_settlements_date)
@@ -64,9 +61,6 @@ const (
 // its requests (which page): an order has a handful of each, and a cap
 // keeps a pathological one from making the page unbounded.
 const timelineCap = 200
-
-// flaggedResults are the payments that took money no order keeps.
-var flaggedResults = []string{string(payments.DuplicatePayment), string(payments.LatePayment), string(payments.AmountMismatch)}
 
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
@@ -187,9 +181,19 @@ func ordersToday(ctx context.Context, gdb *gorm.DB, since time.Time) (map[string
 	return out, total, rows.Err()
 }
 
+// flaggedArgs are the results of payments.FlaggedResults, the flagged
+// payments' definition, as arguments.
+func flaggedArgs() []any {
+	out := make([]any, len(payments.FlaggedResults))
+	for i, r := range payments.FlaggedResults {
+		out[i] = string(r)
+	}
+	return out
+}
+
 func flaggedCount(ctx context.Context, gdb *gorm.DB) (int64, error) {
 	var n int64
-	if err := db.QueryRow(ctx, gdb, qFlaggedCount, anys(flaggedResults)...).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, gdb, qFlaggedCount, flaggedArgs()...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("flagged payments: %w", err)
 	}
 	return n, nil
@@ -371,69 +375,6 @@ func endpointsList(ctx context.Context, gdb *gorm.DB, after string) ([]EndpointR
 		}
 	}
 	return out, next, crows.Err()
-}
-
-// Flagged is a flagged payment with its automatic refund, if one was
-// asked of the provider.
-type Flagged struct {
-	ID                                         int64
-	Provider, TxnID, OrderNo, Result, Currency string
-	Amount                                     int64
-	CreatedAt                                  time.Time
-	Refund                                     *Call
-}
-
-// flaggedPayments reads the flagged payments above id after, oldest
-// first: one range of idx_payments_result per result, merged.
-func flaggedPayments(ctx context.Context, gdb *gorm.DB, after int64) ([]Flagged, int64, error) {
-	var out []Flagged
-	for _, res := range flaggedResults {
-		rows, err := db.Query(ctx, gdb, qFlagged, res, after, PageSize+1)
-		if err != nil {
-			return nil, 0, fmt.Errorf("flagged payments: %w", err)
-		}
-		for rows.Next() {
-			var (
-				f   Flagged
-				txn []byte
-			)
-			if err := rows.Scan(&f.ID, &f.Provider, &txn, &f.OrderNo, &f.Result, &f.Amount, &f.Currency, &f.CreatedAt); err != nil {
-				rows.Close()
-				return nil, 0, fmt.Errorf("flagged payments: %w", err)
-			}
-			f.TxnID = string(txn)
-			out = append(out, f)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, 0, fmt.Errorf("flagged payments: %w", err)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	var next int64
-	if len(out) > PageSize {
-		out, next = out[:PageSize], out[PageSize-1].ID
-	}
-	if len(out) == 0 {
-		return out, next, nil
-	}
-	conds, args := make([]string, len(out)), make([]any, 0, 2*len(out)+1)
-	for i, f := range out {
-		conds[i] = "(provider = ? AND payment_txn_id = ?)"
-		args = append(args, f.Provider, []byte(f.TxnID))
-	}
-	calls, err := readCalls(ctx, gdb, fmt.Sprintf(qCallsOfPayments, "kind = 1 AND ("+strings.Join(conds, " OR ")+")"), append(args, len(out))...)
-	if err != nil {
-		return nil, 0, err
-	}
-	for i := range out {
-		for j := range calls {
-			if calls[j].Provider == out[i].Provider && calls[j].PaymentTxnID == out[i].TxnID {
-				out[i].Refund = &calls[j]
-			}
-		}
-	}
-	return out, next, nil
 }
 
 // Call is one row of provider_calls.

@@ -227,32 +227,19 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 		}
 	}
 
-	// Events, their deliveries and attempts.
-	rows, err = db.Query(ctx, gdb, qEventsOfOrder, orderNo, timelineCap)
+	// Events, and their deliveries' attempts.
+	evs, more, err := events.ForOrder(ctx, gdb, orderNo, "", events.MaxLimit)
 	if err != nil {
-		return Timeline{}, fmt.Errorf("events of %s: %w", orderNo, err)
+		return Timeline{}, err
 	}
-	var evIDs []string
-	n = 0
-	for rows.Next() {
-		var (
-			id, merchant, typ string
-			at                time.Time
-			delivery          int
-		)
-		if err := rows.Scan(&id, &merchant, &typ, &at, &delivery); err != nil {
-			rows.Close()
-			return Timeline{}, fmt.Errorf("events of %s: %w", orderNo, err)
-		}
-		n++
-		evIDs = append(evIDs, id)
-		add(Item{At: at, Kind: "event", What: "event " + typ, Detail: id + ", delivery " + events.Delivery(delivery).String(), EventID: id})
+	if more {
+		t.Capped = append(t.Capped, "event")
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return Timeline{}, fmt.Errorf("events of %s: %w", orderNo, err)
+	evIDs := make([]string, 0, len(evs))
+	for _, e := range evs {
+		evIDs = append(evIDs, e.ID)
+		add(Item{At: e.CreatedAt, Kind: "event", What: "event " + e.Type, Detail: e.ID + ", delivery " + e.Delivery.String(), EventID: e.ID})
 	}
-	capped("event", n)
 	if len(evIDs) > 0 {
 		if err := addAttempts(ctx, gdb, evIDs, add, capped); err != nil {
 			return Timeline{}, err
