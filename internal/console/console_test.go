@@ -566,7 +566,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 		{"/console/orders?merchant_order_no=mo-paid", []string{`id="message"`}},
 		{"/console/orders/" + s.paidOrder, []string{`id="order-status">PAID<`, `data-kind="request" data-outcome="ran"`,
 			`data-kind="request" data-outcome="replayed"`, `<code data-test="idem-key">order-paid</code>`, `data-kind="payment"`,
-			`data-kind="ledger"`, `data-kind="event"`, `data-kind="attempt"`, `mockpay:payment.succeeded:txn_paid`}},
+			`data-kind="ledger"`, `data-kind="event"`, s.endpointID + `: failed`, `data-kind="attempt"`, `mockpay:payment.succeeded:txn_paid`}},
 		{"/console/deliveries", []string{`data-delivery-id="` + strconv.FormatInt(s.deliveryID, 10) + `" data-event-id="` + s.eventID + `"`,
 			`id="redeliver-` + strconv.FormatInt(s.deliveryID, 10) + `"`, `data-rows="1"`}},
 		{"/console/endpoints", []string{`data-endpoint-id="` + s.endpointID + `" data-health="disabled"`, `<td data-test="endpoint-failed">1</td>`,
@@ -589,6 +589,21 @@ func TestPagesShowTheDatabase(t *testing.T) {
 		if strings.Contains(a.body, "<script") {
 			t.Errorf("GET %s has a script", tc.path)
 		}
+	}
+	// An order's requests page by 100: the next page holds the rest of
+	// them, and nothing else.
+	e.exec(`INSERT INTO request_log (at, kind, merchant_id, order_no, idem_key, outcome, status, fingerprint)
+		WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 100)
+		SELECT NOW(6), 'order_cancel', 'acme', ?, CONCAT('cancel-', n), 'replayed', 409, 0x0000000000000000 FROM s`, s.paidOrder)
+	first := b.get("/console/orders/" + s.paidOrder)
+	next := regexp.MustCompile(`<a id="next-page" href="([^"]+)"`).FindStringSubmatch(first.body)
+	if next == nil || !strings.Contains(first.body, `<span id="timeline-requests">100</span>`) {
+		t.Fatalf("the timeline's first page: no next page, or not 100 requests")
+	}
+	second := b.get(strings.ReplaceAll(next[1], "&amp;", "&"))
+	if !strings.Contains(second.body, `<span id="timeline-requests">5</span>`) || strings.Contains(second.body, `data-kind="payment"`) ||
+		strings.Contains(second.body, `id="next-page"`) {
+		t.Errorf("the timeline's second page: want the 5 last requests alone\n%s", second.body)
 	}
 	if a := b.get("/console/orders/ord_nothing"); a.status != 404 {
 		t.Errorf("an unknown order: %d, want 404", a.status)

@@ -97,6 +97,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		{"calls of refunds", fmt.Sprintf(qCallsOfRefunds, two), "idx_provider_calls_refund", []any{"rf_1", "rf_2", timelineCap}},
 		{"automatic refunds of payments", fmt.Sprintf(qCallsOfPayments, "kind = 1 AND ((provider = ? AND payment_txn_id = ?) OR (provider = ? AND payment_txn_id = ?))"),
 			"idx_provider_calls_payment", []any{"mockpay", []byte("txn1"), "mockpay", []byte("txn3"), timelineCap}},
+		{"deliveries of events", fmt.Sprintf(qDeliveriesOf, two), "uk_deliveries_pair", []any{"evt_01H" + strings.Repeat("0", 22) + "1", "evt_01H" + strings.Repeat("0", 22) + "2", timelineCap}},
 		{"attempts of events", fmt.Sprintf(qAttemptsOf, two), "PRIMARY", []any{"evt_01H" + strings.Repeat("0", 22) + "1", "evt_01H" + strings.Repeat("0", 22) + "2", timelineCap}},
 		{"failed deliveries of an endpoint", qFailedOfEndpoint, "idx_deliveries_endpoint", []any{"we_01H" + strings.Repeat("0", 22) + "1", "", PageSize + 1}},
 		{"next endpoint", qNextEndpoint, "PRIMARY", []any{""}},

@@ -40,6 +40,7 @@ const (
 	callColumns      = `id, provider, kind, refund_no, payment_txn_id, amount, currency, status, retries, COALESCE(settled, ''), last_error, created_at, updated_at`
 	qCallsOfRefunds  = `SELECT ` + callColumns + ` FROM provider_calls WHERE refund_no IN (%s) LIMIT ?`
 	qCallsOfPayments = `SELECT ` + callColumns + ` FROM provider_calls WHERE %s LIMIT ?`
+	qDeliveriesOf    = `SELECT event_id, endpoint_id, status FROM deliveries WHERE event_id IN (%s) ORDER BY event_id, endpoint_id LIMIT ?`
 	qAttemptsOf      = `SELECT event_id, endpoint_id, at, status_code, error, duration_ms FROM event_attempts WHERE event_id IN (%s) ORDER BY event_id, id LIMIT ?`
 
 	qFailedOfEndpoint = `SELECT id, event_id, endpoint_id, merchant_id, retries FROM deliveries FORCE INDEX (idx_deliveries_endpoint)

@@ -61,11 +61,6 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 	t := Timeline{Order: os[0]}
 	o := os[0]
 	add := func(it Item) { t.Items = append(t.Items, it) }
-	add(Item{At: o.CreatedAt, Kind: "order", What: "order created",
-		Detail: fmt.Sprintf("%s %s, merchant %s, merchant_order_no %s", amount(o.Amount), o.Currency, o.MerchantID, o.MerchantOrderNo)})
-	if !o.PaidAt.IsZero() {
-		add(Item{At: o.PaidAt, Kind: "order", What: "order paid"})
-	}
 	capped := func(kind string, n int) {
 		if n >= timelineCap {
 			t.Capped = append(t.Capped, kind)
@@ -91,6 +86,16 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 			detail += ", " + r.Result
 		}
 		add(Item{At: r.At, Kind: "request", What: string(r.Kind) + " by " + who, Detail: detail, Key: r.Key, Outcome: string(r.Outcome)})
+	}
+	// The pages after the first hold the further requests alone: the
+	// rest was on the first.
+	if afterRequest > 0 {
+		return t, nil
+	}
+	add(Item{At: o.CreatedAt, Kind: "order", What: "order created",
+		Detail: fmt.Sprintf("%s %s, merchant %s, merchant_order_no %s", amount(o.Amount), o.Currency, o.MerchantID, o.MerchantOrderNo)})
+	if !o.PaidAt.IsZero() {
+		add(Item{At: o.PaidAt, Kind: "order", What: "order paid"})
 	}
 
 	// Payments.
@@ -238,7 +243,17 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 	evIDs := make([]string, 0, len(evs))
 	for _, e := range evs {
 		evIDs = append(evIDs, e.ID)
-		add(Item{At: e.CreatedAt, Kind: "event", What: "event " + e.Type, Detail: e.ID + ", delivery " + e.Delivery.String(), EventID: e.ID})
+	}
+	dels, err := deliveriesOf(ctx, gdb, evIDs)
+	if err != nil {
+		return Timeline{}, err
+	}
+	for _, e := range evs {
+		d := e.ID + ", delivery " + e.Delivery.String()
+		if ds := dels[e.ID]; ds != "" {
+			d += "; " + ds
+		}
+		add(Item{At: e.CreatedAt, Kind: "event", What: "event " + e.Type, Detail: d, EventID: e.ID})
 	}
 	if len(evIDs) > 0 {
 		if err := addAttempts(ctx, gdb, evIDs, add, capped); err != nil {
@@ -248,6 +263,38 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 
 	sort.SliceStable(t.Items, func(i, j int) bool { return t.Items[i].At.Before(t.Items[j].At) })
 	return t, nil
+}
+
+// deliveriesOf says, per event, how each of its deliveries stands
+// ("we_…: failed, configured endpoint: delivered"): one range of
+// uk_deliveries_pair.
+func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(evIDs) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qDeliveriesOf, placeholders(len(evIDs))), append(anys(evIDs), timelineCap)...)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			eventID, endpoint string
+			status            int
+		)
+		if err := rows.Scan(&eventID, &endpoint, &status); err != nil {
+			return nil, fmt.Errorf("deliveries: %w", err)
+		}
+		if endpoint == "" {
+			endpoint = "configured endpoint"
+		}
+		if out[eventID] != "" {
+			out[eventID] += ", "
+		}
+		out[eventID] += endpoint + ": " + events.Delivery(status).String()
+	}
+	return out, rows.Err()
 }
 
 // addAttempts adds the deliveries' attempts of events; a delivery with
