@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -600,7 +601,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 	if next == nil || !strings.Contains(first.body, `<span id="timeline-requests">100</span>`) {
 		t.Fatalf("the timeline's first page: no next page, or not 100 requests")
 	}
-	second := b.get(strings.ReplaceAll(next[1], "&amp;", "&"))
+	second := b.get(html.UnescapeString(next[1]))
 	if !strings.Contains(second.body, `<span id="timeline-requests">5</span>`) || strings.Contains(second.body, `data-kind="payment"`) ||
 		strings.Contains(second.body, `id="next-page"`) {
 		t.Errorf("the timeline's second page: want the 5 last requests alone\n%s", second.body)
@@ -737,6 +738,77 @@ func TestNoKeyInLogs(t *testing.T) {
 	for _, c := range b.c.Jar.Cookies(u) {
 		if strings.Contains(logs, c.Value) {
 			t.Errorf("the log holds the cookie %s", c.Name)
+		}
+	}
+}
+
+// Every list pages by keyset: following #next-page from the first page
+// shows each row once, and the last page has no link.
+func TestListsPageByKeyset(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	const n = 2*console.PageSize + 7
+	seq := `WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ` + strconv.Itoa(n) + `) `
+	day := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
+	for _, q := range []string{
+		`INSERT INTO merchants (merchant_id, name, created_at) ` + seq + `SELECT CONCAT('m', LPAD(n, 4, '0')), '', NOW(6) FROM s`,
+		`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency, created_at, updated_at) ` + seq +
+			`SELECT CONCAT('ord_01H', LPAD(n, 23, '0')), IF(n % 2 = 0, 'm0001', 'm0002'), CONCAT('mo', n), 'CREATED', 100, 'EUR', NOW(6), NOW(6) FROM s`,
+		`INSERT INTO webhook_endpoints (id, merchant_id, url, enabled_events, created_at) ` + seq +
+			`SELECT CONCAT('we_01H', LPAD(n, 23, '0')), 'm0001', 'https://example.com/', '*', NOW(6) FROM s`,
+		`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, order_no) ` + seq +
+			`SELECT CONCAT('evt_01H', LPAD(n, 23, '0')), 'm0001', 'order.paid', NOW(6), '{}', 3, '' FROM s`,
+		// Failed deliveries spread over the configured endpoint and 13 others.
+		`INSERT INTO deliveries (event_id, endpoint_id, merchant_id, status) ` + seq +
+			`SELECT CONCAT('evt_01H', LPAD(n, 23, '0')), IF(n % 14 = 0, '', CONCAT('we_01H', LPAD(n % 14, 23, '0'))), 'm0001', 3 FROM s`,
+		`INSERT INTO settlements (merchant_id, settle_date, currency, payments_count, payments_amount, refunds_count, refunds_amount, net, created_at) ` + seq +
+			`SELECT CONCAT('m', LPAD(n DIV 2, 4, '0')), '` + day + `', IF(n % 2 = 0, 'EUR', 'USD'), 1, 1, 0, 0, 1, NOW(6) FROM s`,
+		`INSERT INTO payments (provider, txn_id, order_no, status, result, amount, currency, created_at, updated_at) ` + seq +
+			`SELECT 'mockpay', CONCAT('txn', n), CONCAT('ord_01H', LPAD(n, 23, '0')), 'SUCCEEDED', 'late_payment', 100, 'EUR', NOW(6), NOW(6) FROM s`,
+	} {
+		e.exec(q)
+	}
+	b, _ := e.signedIn()
+	for _, tc := range []struct {
+		first string
+		row   *regexp.Regexp
+		want  int
+	}{
+		{"/console/orders", regexp.MustCompile(`data-test="order-row" data-order-no="([^"]+)"`), n},
+		{"/console/orders?merchant=m0001", regexp.MustCompile(`data-test="order-row" data-order-no="([^"]+)"`), n / 2},
+		{"/console/merchants", regexp.MustCompile(`data-test="merchant-row" data-merchant-id="([^"]+)"`), n + 1}, // and acme
+		{"/console/endpoints", regexp.MustCompile(`data-test="endpoint-row" data-endpoint-id="([^"]+)"`), n},
+		{"/console/deliveries", regexp.MustCompile(`data-test="delivery-row" data-delivery-id="([^"]+)"`), n},
+		{"/console/settlements", regexp.MustCompile(`data-test="settlement-row" data-merchant-id="([^"]+" data-currency="[^"]+)"`), n},
+		{"/console/flagged", regexp.MustCompile(`data-test="flagged-row" data-payment-id="([^"]+)"`), n},
+	} {
+		seen := map[string]bool{}
+		pages := 0
+		for path := tc.first; path != ""; pages++ {
+			if pages > n {
+				t.Fatalf("%s: no last page", tc.first)
+			}
+			a := b.get(path)
+			if a.status != 200 {
+				t.Fatalf("GET %s: %d", path, a.status)
+			}
+			rows := tc.row.FindAllStringSubmatch(a.body, -1)
+			if len(rows) > console.PageSize {
+				t.Errorf("GET %s: %d rows, more than a page", path, len(rows))
+			}
+			for _, r := range rows {
+				if seen[r[1]] {
+					t.Errorf("%s: row %s on two pages", tc.first, r[1])
+				}
+				seen[r[1]] = true
+			}
+			path = ""
+			if m := regexp.MustCompile(`<a id="next-page" href="([^"]+)"`).FindStringSubmatch(a.body); m != nil {
+				path = html.UnescapeString(m[1])
+			}
+		}
+		if len(seen) != tc.want {
+			t.Errorf("%s: %d rows over %d pages, want %d", tc.first, len(seen), pages, tc.want)
 		}
 	}
 }
