@@ -569,7 +569,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 			`data-kind="request" data-outcome="replayed"`, `<code data-test="idem-key">order-paid</code>`, `data-kind="payment"`,
 			`data-kind="ledger"`, `data-kind="event"`, s.endpointID + `: failed`, `data-kind="attempt"`, `mockpay:payment.succeeded:txn_paid`}},
 		{"/console/deliveries", []string{`data-delivery-id="` + strconv.FormatInt(s.deliveryID, 10) + `" data-event-id="` + s.eventID + `"`,
-			`id="redeliver-` + strconv.FormatInt(s.deliveryID, 10) + `"`, `data-rows="1"`}},
+			`id="redeliver-` + strconv.FormatInt(s.deliveryID, 10) + `"`, `data-rows="1"`, `<td data-test="last-attempt">HTTP 500: HTTP 500, `}},
 		{"/console/endpoints", []string{`data-endpoint-id="` + s.endpointID + `" data-health="disabled"`, `<td data-test="endpoint-failed">1</td>`,
 			`id="enable-` + s.endpointID + `"`, `id="recover-` + s.endpointID + `"`}},
 		{"/console/flagged", []string{`data-result="duplicate_payment"`, `data-rows="1"`, `data-test="auto-refund" data-status="none"`}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,6 +208,10 @@ type Delivery struct {
 	Retries                         int
 	EventType, OrderNo              string
 	EventAt                         time.Time
+	// LastAttempt says how the delivery's last attempt ended ("" when it
+	// had none); LastAttemptAt is when.
+	LastAttempt   string
+	LastAttemptAt time.Time
 }
 
 // DeliveryCursor is where a page of failed deliveries starts: after
@@ -299,7 +304,52 @@ func withEvents(ctx context.Context, gdb *gorm.DB, ds []Delivery, next *Delivery
 		e := evs[ds[i].EventID]
 		ds[i].EventType, ds[i].OrderNo, ds[i].EventAt = e.typ, e.orderNo, e.at
 	}
-	return ds, next, nil
+	return ds, next, lastAttempts(ctx, gdb, ds, ids)
+}
+
+// attemptsPerDeliveryPage bounds the attempts read for one page of
+// failed deliveries: a failed delivery has run its schedule (8 attempts
+// by default), a few more if redelivered.
+const attemptsPerDeliveryPage = PageSize * 64
+
+// lastAttempts sets each delivery's last attempt: one range of
+// event_attempts' primary key over the page's events.
+func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []string) error {
+	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qAttemptsOf, placeholders(len(eventIDs))), append(anys(eventIDs), attemptsPerDeliveryPage)...)
+	if err != nil {
+		return fmt.Errorf("attempts of failed deliveries: %w", err)
+	}
+	defer rows.Close()
+	type pair struct{ event, endpoint string }
+	at := map[pair]int{}
+	for i, d := range ds {
+		at[pair{d.EventID, d.EndpointID}] = i
+	}
+	for rows.Next() {
+		var (
+			p       pair
+			when    time.Time
+			code    sql.NullInt64
+			errText string
+			ms      int64
+		)
+		if err := rows.Scan(&p.event, &p.endpoint, &when, &code, &errText, &ms); err != nil {
+			return fmt.Errorf("attempts of failed deliveries: %w", err)
+		}
+		i, ok := at[p]
+		if !ok {
+			continue
+		}
+		d := "no answer"
+		if code.Valid {
+			d = "HTTP " + strconv.FormatInt(code.Int64, 10)
+		}
+		if errText != "" {
+			d += ": " + errText
+		}
+		ds[i].LastAttempt, ds[i].LastAttemptAt = d, when
+	}
+	return rows.Err()
 }
 
 // EndpointRow is an endpoint with its health.
