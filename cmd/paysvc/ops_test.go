@@ -58,6 +58,25 @@ func TestReconcileExitCodes(t *testing.T) {
 	}
 }
 
+// TestReconcileUnrecordedKeepsItsExitCode: a run the database cannot
+// record (here a schema without reconcile_runs) still exits by its
+// checks, and says in the log that it was not recorded.
+func TestReconcileUnrecordedKeepsItsExitCode(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	if err := d.Gorm.Exec(`DROP TABLE reconcile_runs`).Error; err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{"reconcile"}, rtEnv("PAYSVC_DSN", d.DSN), &out, &log)
+	if err != nil || !strings.Contains(out.String(), ": clean") {
+		t.Fatalf("clean books, unrecorded: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(log.String(), "not recorded in reconcile_runs") {
+		t.Fatalf("no warning that the run was not recorded:\n%s", log.String())
+	}
+}
+
 // TestPurgeCommand: `paysvc purge` prints "purged N" and removes only
 // expired records.
 func TestPurgeCommand(t *testing.T) {

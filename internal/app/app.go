@@ -16,6 +16,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/console"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -183,6 +184,15 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	// One callback use case for every intake (HTTP, NATS).
 	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
 		TTL: cfg.CallbackTTL, Metrics: m, Log: log, RequestLog: reqlog})
+	var operatorConsole http.Handler
+	if len(cfg.AdminKeys) > 0 {
+		oc, err := console.New(console.Deps{DB: gdb, AdminKeys: cfg.AdminKeys, Log: log, Now: now,
+			WakeRelay: notify.relay.Wake, EventTTL: cfg.Notify.EventTTL})
+		if err != nil {
+			return nil, err
+		}
+		operatorConsole = oc
+	}
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -201,6 +211,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		Callbacks:      cbs,
 		Endpoints:      notify.endpoints,
 		RequestLog:     reqlog,
+		Console:        operatorConsole,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,

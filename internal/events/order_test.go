@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,5 +42,26 @@ func TestEventsCarryTheirOrder(t *testing.T) {
 	}
 	if n := d.Count(t, `SELECT COUNT(*) FROM events WHERE order_no = '' AND type = ?`, events.EndpointDisabled); n != 1 {
 		t.Fatalf("%d endpoint.disabled events without an order, want 1", n)
+	}
+	var types []string
+	after := ""
+	for {
+		page, more, err := events.ForOrder(ctx, d.Gorm, o.OrderNo, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			types = append(types, e.Type)
+			after = e.ID
+		}
+		if !more {
+			break
+		}
+	}
+	if want := []string{events.OrderPaid, events.RefundSucceeded, events.OrderRefunded}; !slices.Equal(types, want) {
+		t.Fatalf("the order's events: %v, want %v", types, want)
+	}
+	if _, _, err := events.ForOrder(ctx, d.Gorm, "", "", 2); err == nil {
+		t.Fatal("events of no order: no error")
 	}
 }

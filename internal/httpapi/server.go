@@ -65,6 +65,11 @@ type Deps struct {
 	// RequestLog, if set, is told how each request the engine answered
 	// was answered; it is passed on to the callbacks it builds.
 	RequestLog *requestlog.Writer
+	// Console, if set, serves every path under /console (the operator
+	// console, package console); unset, those paths are 404 like any
+	// unknown route. It is not the merchant API, so api/openapi.yaml does
+	// not describe it.
+	Console http.Handler
 }
 
 type server struct {
@@ -159,6 +164,11 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/webhook_endpoints/:id/rotate_secret", s.rotateSecret)
 	merchant.POST("/webhook_endpoints/:id/recover", s.recoverEndpoint)
 	v1.POST("/callbacks/:provider", s.callback)
+	if d.Console != nil {
+		h := gin.WrapH(d.Console)
+		r.Any("/console", h)
+		r.Any("/console/*path", h)
+	}
 	return r
 }
 

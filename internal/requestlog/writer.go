@@ -105,7 +105,9 @@ func (w *Writer) Written() int64 { return w.written.Load() }
 
 // Close stops taking entries, writes what the queue holds and stops the
 // writer. It waits for at most the INSERTs of what was queued, each
-// bounded by insertTimeout.
+// bounded by insertTimeout. An Add racing with Close may be lost without
+// being counted; the service closes the writer after its requests have
+// drained, and Add never takes a lock for a race that does not happen.
 func (w *Writer) Close() error {
 	if w == nil || w.closed.Swap(true) {
 		return nil
