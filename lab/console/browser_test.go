@@ -98,6 +98,24 @@ func (b *browser) errors() []string {
 	return append([]string(nil), b.errs...)
 }
 
+// expectError waits for the error a step raises on purpose (a refusal
+// the browser logs as a failed load) and takes it off the list: any other
+// error stays, and fails the test.
+func (b *browser) expectError(what string) {
+	b.t.Helper()
+	waitFor(b.t, "the browser's report of "+what, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for i, e := range b.errs {
+			if strings.Contains(e, what) {
+				b.errs = append(b.errs[:i], b.errs[i+1:]...)
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // run runs one step (actions), failing the test with its name.
 func (b *browser) run(step string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()

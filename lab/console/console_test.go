@@ -25,6 +25,12 @@ func eval[T any](b *browser, step, expr string) T {
 	return v
 }
 
+// waitDone waits for the page an action answered with, which says what
+// it did in #done (the page before it may show another action's #done).
+func waitDone(what string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.Search(`//*[@id="done"][contains(., "` + what + `")]`))
+}
+
 // page is the data-page of the page shown.
 func (b *browser) page() string {
 	return eval[string](b, "which page", `document.body.dataset.page || ""`)
@@ -71,6 +77,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.run("a wrong key", chromedp.SendKeys(chromedp.CSS("#signin-key"), "op-console-test-key-0123456789abcdeX"),
 		chromedp.Click(chromedp.CSS("#signin-submit")), chromedp.WaitVisible(chromedp.CSS("#signin-error")))
+	// The refusal is a 401, which the browser reports as a failed load.
+	b.expectError("status of 401 (Unauthorized) (" + f.base + "/console/signin)")
 	b.run("sign in", chromedp.Clear(chromedp.CSS("#signin-key")), chromedp.SendKeys(chromedp.CSS("#signin-key"), operatorKey),
 		chromedp.Click(chromedp.CSS("#signin-submit")), chromedp.WaitVisible(chromedp.CSS(`body[data-page="overview"]`)))
 
@@ -94,13 +102,17 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The order, found by the merchant's number.
 	b.run("search the order", chromedp.Click(chromedp.CSS("#nav-orders")), chromedp.WaitVisible(chromedp.CSS("#orders-search")),
+		chromedp.SendKeys(chromedp.CSS("#q-merchant"), merchantID),
 		chromedp.SendKeys(chromedp.CSS("#q-merchant-order-no"), f.merchantOrderNo), chromedp.Click(chromedp.CSS("#q-submit")),
+		// The answer's form carries the search as its value attribute;
+		// the page before it, listing every order, has the row too.
+		chromedp.WaitVisible(chromedp.CSS(`#q-merchant-order-no[value="`+f.merchantOrderNo+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-order-no="`+f.orderNo+`"]`)))
 	if n := eval[int](b, "count the results", `document.querySelectorAll('tr[data-test="order-row"]').length`); n != 1 {
 		t.Errorf("search by merchant_order_no %s: %d rows, want 1", f.merchantOrderNo, n)
 	}
-	b.run("open its timeline", chromedp.Click(chromedp.CSS(`tr[data-order-no="`+f.orderNo+`"] a[data-test="order-link"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#timeline")))
+	link := `tr[data-order-no="` + f.orderNo + `"] a[data-test="order-link"]`
+	b.run("open its timeline", chromedp.Click(chromedp.CSS(link)), chromedp.WaitVisible(chromedp.CSS("#timeline")))
 	if got := b.text("the order's number", "#order-no"); got != f.orderNo {
 		t.Fatalf("timeline of %q, want %s", got, f.orderNo)
 	}
@@ -128,29 +140,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.run("failed deliveries", chromedp.Click(chromedp.CSS("#nav-deliveries")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-delivery-id="`+deliveryID+`"]`)))
 	f.envRcv.ok.Store(true)
-	b.run("redeliver", chromedp.Click(chromedp.CSS("#redeliver-"+deliveryID)), chromedp.WaitVisible(chromedp.CSS("#done")))
+	b.run("redeliver", chromedp.Click(chromedp.CSS("#redeliver-"+deliveryID)), waitDone("redelivered "+f.paidEvent))
 	waitFor(t, "the redelivered event at its endpoint", func() bool { return f.envRcv.received(f.paidEvent) > 0 })
-	b.run("the timeline again", chromedp.Navigate(timelineURL), chromedp.WaitVisible(chromedp.CSS("#timeline")))
+	// The attempt is recorded once the relay has its answer: the page is
+	// reloaded until it shows it.
 	attemptsAfter := 0
-	for _, it := range b.timeline() {
-		if it.Kind == "attempt" {
-			attemptsAfter++
+	waitFor(t, "the new attempt on the order's timeline", func() bool {
+		b.run("the timeline again", chromedp.Navigate(timelineURL), chromedp.WaitVisible(chromedp.CSS("#timeline")))
+		attemptsAfter = 0
+		for _, it := range b.timeline() {
+			if it.Kind == "attempt" {
+				attemptsAfter++
+			}
 		}
-	}
-	if attemptsAfter <= attemptsBefore {
-		t.Errorf("timeline: %d delivery attempts after the redelivery, %d before: the new one is not shown", attemptsAfter, attemptsBefore)
-	}
+		return attemptsAfter > attemptsBefore
+	})
+	t.Logf("timeline: %d delivery attempts before the redelivery, %d after", attemptsBefore, attemptsAfter)
 
 	// The disabled endpoint, enabled, then its failed deliveries recovered.
 	row := `tr[data-endpoint-id="` + f.badID + `"]`
 	b.run("endpoints", chromedp.Click(chromedp.CSS("#nav-endpoints")), chromedp.WaitVisible(chromedp.CSS(row+`[data-health="disabled"]`)))
 	f.badRcv.ok.Store(true)
-	b.run("enable", chromedp.Click(chromedp.CSS("#enable-"+f.badID)), chromedp.WaitVisible(chromedp.CSS("#done")),
+	b.run("enable", chromedp.Click(chromedp.CSS("#enable-"+f.badID)), waitDone("enabled "+f.badID),
 		chromedp.WaitVisible(chromedp.CSS(row)))
 	if h := eval[string](b, "its health", `document.querySelector('`+row+`').dataset.health`); h == "disabled" {
 		t.Fatalf("endpoint %s still disabled after enable", f.badID)
 	}
-	b.run("recover", chromedp.Click(chromedp.CSS("#recover-"+f.badID)), chromedp.WaitVisible(chromedp.CSS("#done")))
+	b.run("recover", chromedp.Click(chromedp.CSS("#recover-"+f.badID)), waitDone("recovered "+f.badID))
 	waitFor(t, "the recovered event at the endpoint", func() bool { return f.badRcv.received(f.paidEvent) > 0 })
 
 	// A key revoked here is refused over the API.

@@ -196,7 +196,7 @@ func newFixture(t *testing.T) *fixture {
 	// A second order paid two seconds later: its delivery to "bad" fails
 	// too, past PAYSVC_ENDPOINT_DISABLE_AFTER, and disables it.
 	time.Sleep(2500 * time.Millisecond)
-	o2, err := f.client.CreateOrder(ctx, client.CreateOrderRequest{MerchantOrderNo: f.merchantOrderNo + "-b", Amount: 100, Currency: "EUR"})
+	o2, err := f.client.CreateOrder(ctx, client.CreateOrderRequest{MerchantOrderNo: "second-" + f.merchantOrderNo, Amount: 100, Currency: "EUR"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func (f *fixture) callback(msgID, typ, txn string, amount int64) int {
 // orderNoFor is the order a transaction of the fixture pays.
 func (f *fixture) orderNoFor(txn string) string {
 	if strings.HasSuffix(txn, "-b") {
-		return f.scalar(`SELECT order_no FROM orders WHERE merchant_order_no = '` + f.merchantOrderNo + `-b'`)
+		return f.scalar(`SELECT order_no FROM orders WHERE merchant_order_no = 'second-` + f.merchantOrderNo + `'`)
 	}
 	return f.orderNo
 }
