@@ -564,7 +564,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 		{"/console/orders?order_no=" + s.openOrder, []string{`data-order-no="` + s.openOrder + `"`, `data-rows="1"`}},
 		{"/console/orders?merchant=acme&merchant_order_no=mo-paid", []string{`data-order-no="` + s.paidOrder + `"`, `data-rows="1"`}},
 		{"/console/orders?merchant=acme", []string{`data-rows="2"`}},
-		{"/console/orders?merchant_order_no=mo-paid", []string{`id="message"`}},
+		{"/console/orders?merchant_order_no=mo-paid", []string{`data-order-no="` + s.paidOrder + `"`, `data-rows="1"`}},
 		{"/console/orders/" + s.paidOrder, []string{`id="order-status">PAID<`, `data-kind="request" data-outcome="ran"`,
 			`data-kind="request" data-outcome="replayed"`, `<code data-test="idem-key">order-paid</code>`, `data-kind="payment"`,
 			`data-kind="ledger"`, `data-kind="event"`, s.endpointID + `: failed`, `data-kind="attempt"`, `mockpay:payment.succeeded:txn_paid`}},
