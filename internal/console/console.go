@@ -136,16 +136,21 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// operatorKey reports whether key is one of the operator keys. Every
-// key is compared, by the SHA-256 of each side, so neither the time taken
-// nor the answer tells which key, or which part of one, was near.
-func (c *Console) operatorKey(key string) bool {
+// operatorKey returns which operator key key is (its index in c.keys),
+// or -1. Every key is compared, by the SHA-256 of each side, so neither
+// the time taken nor the answer tells which key, or which part of one,
+// was near.
+func (c *Console) operatorKey(key string) int {
 	h := sha256.Sum256([]byte(key))
-	match := 0
+	found := -1
 	for i := range c.keys {
-		match |= subtle.ConstantTimeCompare(h[:], c.keys[i][:])
+		eq := subtle.ConstantTimeCompare(h[:], c.keys[i][:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
 	}
-	return match == 1 && key != ""
+	if key == "" {
+		return -1
+	}
+	return found
 }
 
 // plain answers a short text page (refusals, not found).

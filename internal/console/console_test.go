@@ -303,7 +303,8 @@ func TestSignIn(t *testing.T) {
 		if strings.Contains(session.Value, key) || strings.Contains(key, session.Value) || len(session.Value) < 40 {
 			t.Errorf("session cookie value %q is not a token apart from the key", session.Value)
 		}
-		h := sha256.Sum256([]byte(session.Value))
+		kh := sha256.Sum256([]byte(key))
+		h := sha256.Sum256(append(kh[:], session.Value...))
 		if n := e.count(`SELECT COUNT(*) FROM console_sessions WHERE token_hash = ? AND expires_at > created_at`, h[:]); n != 1 {
 			t.Errorf("%d session rows hold the token's hash", n)
 		}
@@ -381,6 +382,43 @@ func TestSessionEndsAfter12HoursAndAtSignOut(t *testing.T) {
 	again.c.Jar.SetCookies(u, kept)
 	if a := again.get("/console"); a.status != http.StatusSeeOther {
 		t.Errorf("the signed-out session's cookie: %d, want 303", a.status)
+	}
+}
+
+// A session lives under the key that opened it: once that key is no
+// longer an operator key (PAYSVC_ADMIN_KEYS without it, at the next
+// start), the session opens nothing; the other keys' sessions go on.
+func TestSessionEndsWithItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey, operatorKey2}, false)
+	first, _ := e.signedIn() // with operatorKey
+	second := e.browser()
+	if a := second.signIn(operatorKey2); a.status != http.StatusSeeOther {
+		t.Fatalf("sign-in with the second key: %d", a.status)
+	}
+	restarted, err := console.New(console.Deps{DB: e.a.DB, AdminKeys: []string{operatorKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(restarted)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(e.srv.URL + "/console")
+	for _, tc := range []struct {
+		b    *browser
+		want int
+	}{{first, http.StatusOK}, {second, http.StatusSeeOther}} {
+		req, _ := http.NewRequest("GET", srv.URL+"/console/orders", nil)
+		for _, c := range tc.b.c.Jar.Cookies(u) {
+			req.AddCookie(c)
+		}
+		resp, err := tc.b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("after the restart without the second key: %d, want %d", resp.StatusCode, tc.want)
+		}
 	}
 }
 

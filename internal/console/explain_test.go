@@ -83,7 +83,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		name, q, key string
 		args         []any
 	}{
-		{"session", qSession, "PRIMARY", []any{hash, now}},
+		{"session", fmt.Sprintf(qSession, two), "PRIMARY", []any{hash, hash, now}},
 		{"session purge", qSessionPurge, "idx_console_sessions_expires", []any{now, 100}},
 		{"orders today", qOrdersToday, "PRIMARY", []any{orderNoAt(now)}},
 		{"flagged count", qFlaggedCount, "idx_payments_flagged", flaggedArgs()},

@@ -19,9 +19,9 @@ import (
 // EXPLAIN test holds them to it), and every list pages by keyset: the
 // next page starts after the last row's key, never at an OFFSET.
 const (
-	qSession       = `SELECT expires_at FROM console_sessions WHERE token_hash = ? AND expires_at > ?`
+	qSession       = `SELECT expires_at FROM console_sessions WHERE token_hash IN (%s) AND expires_at > ?`
 	qSessionInsert = `INSERT INTO console_sessions (token_hash, created_at, expires_at) VALUES (?, ?, ?)`
-	qSessionDelete = `DELETE FROM console_sessions WHERE token_hash = ?`
+	qSessionDelete = `DELETE FROM console_sessions WHERE token_hash IN (%s)`
 	qSessionPurge  = `DELETE FROM console_sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`
 
 	// Order numbers are "ord_" + ULID, time-ordered: today's orders are a
