@@ -751,6 +751,33 @@ func TestActionsNeedTheirSessionsCSRFToken(t *testing.T) {
 		if n := e.count(a.check); n != 1 {
 			t.Errorf("POST %s did not do its work (%s = %d)", a.path, a.check, n)
 		}
+		if page := b.get(got.header.Get("Location")); !strings.Contains(page.body, `<p id="done" class="done">`) {
+			t.Errorf("POST %s: the page it leads to (%s) does not say what was done", a.path, got.header.Get("Location"))
+		}
+	}
+}
+
+// A link cannot make the console claim an action it did not run: only
+// known outcomes with a plain id are shown.
+func TestDoneShowsKnownOutcomesOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	b, _ := e.signedIn()
+	for q, want := range map[string]string{
+		"done=revoked&id=key_01ARZ3NDEKTSV4RRFFQ69G5FAV": "Key key_01ARZ3NDEKTSV4RRFFQ69G5FAV revoked",
+		"done=recovered&id=we_1&n=3":                     "Endpoint we_1 recovered: 3 failed deliveries due again.",
+		"done=All+keys+revoked&id=key_1":                 "",
+		"done=revoked&id=" + url.QueryEscape("all keys"): "",
+		"done=recovered&id=we_1&n=many":                  "",
+	} {
+		page := b.get("/console/merchants?" + q)
+		m := regexp.MustCompile(`<p id="done" class="done">([^<]*)</p>`).FindStringSubmatch(page.body)
+		switch {
+		case want == "" && m != nil:
+			t.Errorf("?%s shows %q, want nothing", q, m[1])
+		case want != "" && (m == nil || !strings.HasPrefix(m[1], want)):
+			t.Errorf("?%s shows %v, want %q", q, m, want)
+		}
 	}
 }
 

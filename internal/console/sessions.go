@@ -112,7 +112,7 @@ func (c *Console) page(h func(w http.ResponseWriter, r *http.Request, v *view)) 
 			http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
 			return
 		}
-		h(w, r, &view{CSRF: csrfToken(token, "action"), Done: r.URL.Query().Get("done")})
+		h(w, r, &view{CSRF: csrfToken(token, "action"), Done: doneMessage(r.URL.Query())})
 	}
 }
 
