@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/config"
 )
 
 //go:embed assets
@@ -51,7 +53,7 @@ type Deps struct {
 	// (after a redeliver or a recover).
 	WakeRelay func()
 	// EventTTL is how long events are kept (PAYSVC_EVENT_TTL): a recover
-	// reaches back that far.
+	// reaches back that far (its default when zero).
 	EventTTL time.Duration
 }
 
@@ -81,6 +83,9 @@ func New(d Deps) (*Console, error) {
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.eventTTL <= 0 {
+		c.eventTTL = config.Defaults().Notify.EventTTL
 	}
 	for _, k := range d.AdminKeys {
 		c.keys = append(c.keys, sha256.Sum256([]byte(k)))
