@@ -44,17 +44,17 @@ func doneMessage(q url.Values) string {
 	}
 	switch q.Get("done") {
 	case "redelivered":
-		return "Event " + id + " redelivered: one more attempt to each of its endpoints is due."
+		return "redelivered " + id + ": one more attempt to each of its endpoints is due"
 	case "enabled":
-		return "Endpoint " + id + " enabled."
+		return "enabled " + id
 	case "recovered":
 		n, err := strconv.ParseInt(q.Get("n"), 10, 64)
 		if err != nil || n < 0 {
 			return ""
 		}
-		return fmt.Sprintf("Endpoint %s recovered: %d failed deliveries due again.", id, n)
+		return fmt.Sprintf("recovered %s: %d failed deliveries due again", id, n)
 	case "revoked":
-		return "Key " + id + " revoked: every instance refuses it within seconds."
+		return "revoked " + id + ": every instance refuses it within seconds"
 	}
 	return ""
 }

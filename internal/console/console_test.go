@@ -764,8 +764,8 @@ func TestDoneShowsKnownOutcomesOnly(t *testing.T) {
 	e := newEnv(t, []string{operatorKey}, false)
 	b, _ := e.signedIn()
 	for q, want := range map[string]string{
-		"done=revoked&id=key_01ARZ3NDEKTSV4RRFFQ69G5FAV": "Key key_01ARZ3NDEKTSV4RRFFQ69G5FAV revoked",
-		"done=recovered&id=we_1&n=3":                     "Endpoint we_1 recovered: 3 failed deliveries due again.",
+		"done=revoked&id=key_01ARZ3NDEKTSV4RRFFQ69G5FAV": "revoked key_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"done=recovered&id=we_1&n=3":                     "recovered we_1: 3 failed deliveries due again",
 		"done=All+keys+revoked&id=key_1":                 "",
 		"done=revoked&id=" + url.QueryEscape("all keys"): "",
 		"done=recovered&id=we_1&n=many":                  "",
