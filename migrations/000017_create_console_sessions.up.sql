@@ -1,6 +1,8 @@
 -- Sessions of the operator console (README.md, "Operator console"). The
--- browser holds a random token; the table holds only its SHA-256, so a
--- copy of the table opens no session. A session ends at expires_at (12 h
+-- browser holds a random token; the table holds only a SHA-256 of it and
+-- of the operator key that opened it (internal/console, tokenHash), so a
+-- copy of the table opens no session, and a key removed from
+-- PAYSVC_ADMIN_KEYS takes its sessions with it. A session ends at expires_at (12 h
 -- after sign-in) or when its row is deleted by sign-out;
 -- idx_console_sessions_expires lets sign-in remove the ended ones.
 CREATE TABLE console_sessions (

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 
 	"gorm.io/gorm"
 
@@ -19,10 +21,42 @@ import (
 // The actions call what the merchant API and the commands call; the
 // console only finds whose row it is (the service functions are scoped to
 // a merchant) and says what came of it. Each answers 303 to the page it
-// came from, with the outcome in ?done=, so reloading repeats nothing.
+// came from, with the outcome in ?done= (doneMessage), so reloading
+// repeats nothing.
 
-func (c *Console) done(w http.ResponseWriter, r *http.Request, page, outcome string) {
-	http.Redirect(w, r, Prefix+page+"?done="+url.QueryEscape(outcome), http.StatusSeeOther)
+func (c *Console) done(w http.ResponseWriter, r *http.Request, page, action, id string, n int64) {
+	q := url.Values{"done": {action}, "id": {id}}
+	if action == "recovered" {
+		q.Set("n", strconv.FormatInt(n, 10))
+	}
+	http.Redirect(w, r, Prefix+page+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// doneMessage is the sentence of an action's outcome. It is built from
+// known words and an id of safe characters only: a link to a page with
+// ?done= cannot make the console say something it did not do.
+func doneMessage(q url.Values) string {
+	id := q.Get("id")
+	if id == "" || len(id) > 64 || strings.ContainsFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_')
+	}) {
+		return ""
+	}
+	switch q.Get("done") {
+	case "redelivered":
+		return "redelivered " + id + ": one more attempt to each of its endpoints is due"
+	case "enabled":
+		return "enabled " + id
+	case "recovered":
+		n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+		if err != nil || n < 0 {
+			return ""
+		}
+		return fmt.Sprintf("recovered %s: %d failed deliveries due again", id, n)
+	case "revoked":
+		return "revoked " + id + ": every instance refuses it within seconds"
+	}
+	return ""
 }
 
 // owner reads the merchant of a row by its primary key; found is false
@@ -63,7 +97,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, _ string) {
 	if c.wakeRelay != nil {
 		c.wakeRelay()
 	}
-	c.done(w, r, "/deliveries", "redelivered "+id)
+	c.done(w, r, "/deliveries", "redelivered", id, 0)
 }
 
 // enableEndpoint enables an endpoint, as PATCH /v1/webhook_endpoints/{id}
@@ -85,7 +119,7 @@ func (c *Console) enableEndpoint(w http.ResponseWriter, r *http.Request, _ strin
 		return
 	}
 	c.log.InfoContext(r.Context(), "console: endpoint enabled", "endpoint", id, "merchant", merchant)
-	c.done(w, r, "/endpoints", "enabled "+id)
+	c.done(w, r, "/endpoints", "enabled", id, 0)
 }
 
 // recoverEndpoint makes the endpoint's failed deliveries due again, as
@@ -117,7 +151,7 @@ func (c *Console) recoverEndpoint(w http.ResponseWriter, r *http.Request, _ stri
 	if c.wakeRelay != nil {
 		c.wakeRelay()
 	}
-	c.done(w, r, "/endpoints", fmt.Sprintf("recovered %s: %d deliveries due again", id, n))
+	c.done(w, r, "/endpoints", "recovered", id, n)
 }
 
 // revokeKey revokes a merchant's API key, as `paysvc keys revoke` does.
@@ -133,5 +167,5 @@ func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	c.log.InfoContext(r.Context(), "console: key revoked", "key", id)
-	c.done(w, r, "/merchants", "revoked "+id)
+	c.done(w, r, "/merchants", "revoked", id, 0)
 }

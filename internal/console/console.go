@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/config"
 )
 
 //go:embed assets
@@ -51,7 +53,7 @@ type Deps struct {
 	// (after a redeliver or a recover).
 	WakeRelay func()
 	// EventTTL is how long events are kept (PAYSVC_EVENT_TTL): a recover
-	// reaches back that far.
+	// reaches back that far (its default when zero).
 	EventTTL time.Duration
 }
 
@@ -81,6 +83,9 @@ func New(d Deps) (*Console, error) {
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.eventTTL <= 0 {
+		c.eventTTL = config.Defaults().Notify.EventTTL
 	}
 	for _, k := range d.AdminKeys {
 		c.keys = append(c.keys, sha256.Sum256([]byte(k)))
@@ -136,16 +141,21 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
-// operatorKey reports whether key is one of the operator keys. Every
-// key is compared, by the SHA-256 of each side, so neither the time taken
-// nor the answer tells which key, or which part of one, was near.
-func (c *Console) operatorKey(key string) bool {
+// operatorKey returns which operator key key is (its index in c.keys),
+// or -1. Every key is compared, by the SHA-256 of each side, so neither
+// the time taken nor the answer tells which key, or which part of one,
+// was near.
+func (c *Console) operatorKey(key string) int {
 	h := sha256.Sum256([]byte(key))
-	match := 0
+	found := -1
 	for i := range c.keys {
-		match |= subtle.ConstantTimeCompare(h[:], c.keys[i][:])
+		eq := subtle.ConstantTimeCompare(h[:], c.keys[i][:])
+		found = subtle.ConstantTimeSelect(eq, i, found)
 	}
-	return match == 1 && key != ""
+	if key == "" {
+		return -1
+	}
+	return found
 }
 
 // plain answers a short text page (refusals, not found).

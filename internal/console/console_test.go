@@ -303,7 +303,8 @@ func TestSignIn(t *testing.T) {
 		if strings.Contains(session.Value, key) || strings.Contains(key, session.Value) || len(session.Value) < 40 {
 			t.Errorf("session cookie value %q is not a token apart from the key", session.Value)
 		}
-		h := sha256.Sum256([]byte(session.Value))
+		kh := sha256.Sum256([]byte(key))
+		h := sha256.Sum256(append(kh[:], session.Value...))
 		if n := e.count(`SELECT COUNT(*) FROM console_sessions WHERE token_hash = ? AND expires_at > created_at`, h[:]); n != 1 {
 			t.Errorf("%d session rows hold the token's hash", n)
 		}
@@ -381,6 +382,43 @@ func TestSessionEndsAfter12HoursAndAtSignOut(t *testing.T) {
 	again.c.Jar.SetCookies(u, kept)
 	if a := again.get("/console"); a.status != http.StatusSeeOther {
 		t.Errorf("the signed-out session's cookie: %d, want 303", a.status)
+	}
+}
+
+// A session lives under the key that opened it: once that key is no
+// longer an operator key (PAYSVC_ADMIN_KEYS without it, at the next
+// start), the session opens nothing; the other keys' sessions go on.
+func TestSessionEndsWithItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey, operatorKey2}, false)
+	first, _ := e.signedIn() // with operatorKey
+	second := e.browser()
+	if a := second.signIn(operatorKey2); a.status != http.StatusSeeOther {
+		t.Fatalf("sign-in with the second key: %d", a.status)
+	}
+	restarted, err := console.New(console.Deps{DB: e.a.DB, AdminKeys: []string{operatorKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(restarted)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(e.srv.URL + "/console")
+	for _, tc := range []struct {
+		b    *browser
+		want int
+	}{{first, http.StatusOK}, {second, http.StatusSeeOther}} {
+		req, _ := http.NewRequest("GET", srv.URL+"/console/orders", nil)
+		for _, c := range tc.b.c.Jar.Cookies(u) {
+			req.AddCookie(c)
+		}
+		resp, err := tc.b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("after the restart without the second key: %d, want %d", resp.StatusCode, tc.want)
+		}
 	}
 }
 
@@ -564,7 +602,7 @@ func TestPagesShowTheDatabase(t *testing.T) {
 		{"/console/orders?order_no=" + s.openOrder, []string{`data-order-no="` + s.openOrder + `"`, `data-rows="1"`}},
 		{"/console/orders?merchant=acme&merchant_order_no=mo-paid", []string{`data-order-no="` + s.paidOrder + `"`, `data-rows="1"`}},
 		{"/console/orders?merchant=acme", []string{`data-rows="2"`}},
-		{"/console/orders?merchant_order_no=mo-paid", []string{`id="message"`}},
+		{"/console/orders?merchant_order_no=mo-paid", []string{`data-order-no="` + s.paidOrder + `"`, `data-rows="1"`}},
 		{"/console/orders/" + s.paidOrder, []string{`id="order-status">PAID<`, `data-kind="request" data-outcome="ran"`,
 			`data-kind="request" data-outcome="replayed"`, `<code data-test="idem-key">order-paid</code>`, `data-kind="payment"`,
 			`data-kind="ledger"`, `data-kind="event"`, s.endpointID + `: failed`, `data-kind="attempt"`, `mockpay:payment.succeeded:txn_paid`}},
@@ -712,6 +750,33 @@ func TestActionsNeedTheirSessionsCSRFToken(t *testing.T) {
 		}
 		if n := e.count(a.check); n != 1 {
 			t.Errorf("POST %s did not do its work (%s = %d)", a.path, a.check, n)
+		}
+		if page := b.get(got.header.Get("Location")); !strings.Contains(page.body, `<p id="done" class="done">`) {
+			t.Errorf("POST %s: the page it leads to (%s) does not say what was done", a.path, got.header.Get("Location"))
+		}
+	}
+}
+
+// A link cannot make the console claim an action it did not run: only
+// known outcomes with a plain id are shown.
+func TestDoneShowsKnownOutcomesOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	b, _ := e.signedIn()
+	for q, want := range map[string]string{
+		"done=revoked&id=key_01ARZ3NDEKTSV4RRFFQ69G5FAV": "revoked key_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"done=recovered&id=we_1&n=3":                     "recovered we_1: 3 failed deliveries due again",
+		"done=All+keys+revoked&id=key_1":                 "",
+		"done=revoked&id=" + url.QueryEscape("all keys"): "",
+		"done=recovered&id=we_1&n=many":                  "",
+	} {
+		page := b.get("/console/merchants?" + q)
+		m := regexp.MustCompile(`<p id="done" class="done">([^<]*)</p>`).FindStringSubmatch(page.body)
+		switch {
+		case want == "" && m != nil:
+			t.Errorf("?%s shows %q, want nothing", q, m[1])
+		case want != "" && (m == nil || !strings.HasPrefix(m[1], want)):
+			t.Errorf("?%s shows %v, want %q", q, m, want)
 		}
 	}
 }

@@ -83,12 +83,14 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		name, q, key string
 		args         []any
 	}{
-		{"session", qSession, "PRIMARY", []any{hash, now}},
+		{"session", fmt.Sprintf(qSession, two), "PRIMARY", []any{hash, hash, now}},
 		{"session purge", qSessionPurge, "idx_console_sessions_expires", []any{now, 100}},
 		{"orders today", qOrdersToday, "PRIMARY", []any{orderNoAt(now)}},
 		{"flagged count", qFlaggedCount, "idx_payments_flagged", flaggedArgs()},
 		{"order by number", qOrderByNo, "PRIMARY", []any{order}},
 		{"order by merchant_order_no", qOrderByMerchantNo, "uk_orders_merchant_order", []any{"m0001", []byte("mo1")}},
+		{"order by merchant_order_no, merchants in a batch", fmt.Sprintf(qOrdersByMerchantNo, two), "uk_orders_merchant_order", []any{"m0001", "m0002", []byte("mo1")}},
+		{"merchants in a batch", qMerchantIDs, "PRIMARY", []any{"", merchantBatch}},
 		{"orders of a merchant", qOrdersOfMerchant, "uk_orders_merchant_order", []any{"m0001", []byte(""), PageSize + 1}},
 		{"newest orders", qOrdersNewest, "PRIMARY", []any{"ord_~", PageSize + 1}},
 		{"payments of an order", qPaymentsOfOrder, "idx_payments_order", []any{order, timelineCap}},

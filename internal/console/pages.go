@@ -144,11 +144,6 @@ func (c *Console) orders(w http.ResponseWriter, r *http.Request, v *view) {
 	q := r.URL.Query()
 	s := OrderSearch{OrderNo: strings.TrimSpace(q.Get("order_no")), MerchantOrderNo: q.Get("merchant_order_no"),
 		Merchant: strings.TrimSpace(q.Get("merchant")), After: q.Get("after")}
-	if s.MerchantOrderNo != "" && s.Merchant == "" && s.OrderNo == "" {
-		v.Nav, v.Data, v.Message = "orders", OrdersData{Search: s}, "A merchant_order_no is a merchant's own: choose the merchant too."
-		c.render(w, r, http.StatusOK, "orders", v)
-		return
-	}
 	os, next, err := searchOrders(r.Context(), c.db, s)
 	if err != nil {
 		c.fail(w, r, err)

@@ -19,9 +19,9 @@ import (
 // EXPLAIN test holds them to it), and every list pages by keyset: the
 // next page starts after the last row's key, never at an OFFSET.
 const (
-	qSession       = `SELECT expires_at FROM console_sessions WHERE token_hash = ? AND expires_at > ?`
+	qSession       = `SELECT expires_at FROM console_sessions WHERE token_hash IN (%s) AND expires_at > ?`
 	qSessionInsert = `INSERT INTO console_sessions (token_hash, created_at, expires_at) VALUES (?, ?, ?)`
-	qSessionDelete = `DELETE FROM console_sessions WHERE token_hash = ?`
+	qSessionDelete = `DELETE FROM console_sessions WHERE token_hash IN (%s)`
 	qSessionPurge  = `DELETE FROM console_sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`
 
 	// Order numbers are "ord_" + ULID, time-ordered: today's orders are a
@@ -29,11 +29,13 @@ const (
 	qOrdersToday  = `SELECT status, COUNT(*) FROM orders WHERE order_no >= ? GROUP BY status`
 	qFlaggedCount = `SELECT COUNT(*) FROM payments FORCE INDEX (idx_payments_flagged) WHERE result IN (?, ?, ?) AND status = 'SUCCEEDED'`
 
-	orderColumns       = `order_no, merchant_id, merchant_order_no, status, amount, currency, refunded_amount, pending_refund_amount, created_at, updated_at, paid_at`
-	qOrderByNo         = `SELECT ` + orderColumns + ` FROM orders WHERE order_no = ?`
-	qOrderByMerchantNo = `SELECT ` + orderColumns + ` FROM orders WHERE merchant_id = ? AND merchant_order_no = ?`
-	qOrdersOfMerchant  = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (uk_orders_merchant_order) WHERE merchant_id = ? AND merchant_order_no > ? ORDER BY merchant_order_no LIMIT ?`
-	qOrdersNewest      = `SELECT ` + orderColumns + ` FROM orders WHERE order_no < ? ORDER BY order_no DESC LIMIT ?`
+	orderColumns        = `order_no, merchant_id, merchant_order_no, status, amount, currency, refunded_amount, pending_refund_amount, created_at, updated_at, paid_at`
+	qOrderByNo          = `SELECT ` + orderColumns + ` FROM orders WHERE order_no = ?`
+	qOrderByMerchantNo  = `SELECT ` + orderColumns + ` FROM orders WHERE merchant_id = ? AND merchant_order_no = ?`
+	qOrdersByMerchantNo = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (uk_orders_merchant_order) WHERE merchant_id IN (%s) AND merchant_order_no = ?`
+	qMerchantIDs        = `SELECT merchant_id FROM merchants WHERE merchant_id > ? ORDER BY merchant_id LIMIT ?`
+	qOrdersOfMerchant   = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (uk_orders_merchant_order) WHERE merchant_id = ? AND merchant_order_no > ? ORDER BY merchant_order_no LIMIT ?`
+	qOrdersNewest       = `SELECT ` + orderColumns + ` FROM orders WHERE order_no < ? ORDER BY order_no DESC LIMIT ?`
 
 	qPaymentsOfOrder = `SELECT id, provider, txn_id, status, result, amount, currency, created_at FROM payments WHERE order_no = ? ORDER BY id LIMIT ?`
 	qRefundsOfOrder  = `SELECT refund_no, merchant_refund_no, amount, status, created_at, updated_at FROM refunds WHERE order_no = ? ORDER BY refund_no LIMIT ?`
@@ -130,6 +132,8 @@ func searchOrders(ctx context.Context, gdb *gorm.DB, s OrderSearch) ([]Order, st
 		os, err = scanOrders(db.Query(ctx, gdb, qOrderByNo, s.OrderNo))
 	case s.MerchantOrderNo != "" && s.Merchant != "":
 		os, err = scanOrders(db.Query(ctx, gdb, qOrderByMerchantNo, s.Merchant, []byte(s.MerchantOrderNo)))
+	case s.MerchantOrderNo != "":
+		os, err = byMerchantOrderNo(ctx, gdb, s.MerchantOrderNo)
 	case s.Merchant != "":
 		os, err = scanOrders(db.Query(ctx, gdb, qOrdersOfMerchant, s.Merchant, []byte(s.After), PageSize+1))
 		if err == nil && len(os) > PageSize {
@@ -149,6 +153,51 @@ func searchOrders(ctx context.Context, gdb *gorm.DB, s OrderSearch) ([]Order, st
 		return nil, "", fmt.Errorf("search orders: %w", err)
 	}
 	return os, "", nil
+}
+
+// merchantBatch is the merchants one lookup of a merchant_order_no
+// covers.
+const merchantBatch = 500
+
+// byMerchantOrderNo finds the orders of every merchant that used a
+// merchant_order_no: a merchant_order_no is unique per merchant only, and
+// its index leads with the merchant, so the merchants are read in batches
+// (a range of their primary key) and each batch is one lookup per merchant
+// in uk_orders_merchant_order. At most one order per merchant matches.
+func byMerchantOrderNo(ctx context.Context, gdb *gorm.DB, mno string) ([]Order, error) {
+	var out []Order
+	after := ""
+	for {
+		rows, err := db.Query(ctx, gdb, qMerchantIDs, after, merchantBatch)
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return out, nil
+		}
+		os, err := scanOrders(db.Query(ctx, gdb, fmt.Sprintf(qOrdersByMerchantNo, placeholders(len(ids))), append(anys(ids), []byte(mno))...))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, os...)
+		if len(ids) < merchantBatch || len(out) >= PageSize {
+			return out, nil
+		}
+		after = ids[len(ids)-1]
+	}
 }
 
 // Overview is the overview page's figures.

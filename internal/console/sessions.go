@@ -38,9 +38,25 @@ func newToken() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func tokenHash(token string) []byte {
-	h := sha256.Sum256([]byte(token))
-	return h[:]
+// tokenHash is what console_sessions keeps of a session opened with the
+// operator key whose SHA-256 is keyHash: the SHA-256 of both. A session
+// is found only under a key still configured, so removing a key from
+// PAYSVC_ADMIN_KEYS ends the sessions it opened at the next start.
+func tokenHash(token string, keyHash [32]byte) []byte {
+	h := sha256.New()
+	h.Write(keyHash[:])
+	h.Write([]byte(token))
+	return h.Sum(nil)
+}
+
+// tokenHashes are the hashes the token may be stored under, one per
+// operator key.
+func (c *Console) tokenHashes(token string) []any {
+	out := make([]any, len(c.keys))
+	for i, k := range c.keys {
+		out[i] = tokenHash(token, k)
+	}
+	return out
 }
 
 // csrfToken is the HMAC of the purpose under the token: whoever holds the
@@ -73,7 +89,8 @@ func (c *Console) session(r *http.Request) (string, bool, error) {
 		return "", false, nil
 	}
 	var expires time.Time
-	err = db.QueryRow(r.Context(), c.db, qSession, tokenHash(ck.Value), c.now().UTC()).Scan(&expires)
+	hashes := c.tokenHashes(ck.Value)
+	err = db.QueryRow(r.Context(), c.db, fmt.Sprintf(qSession, placeholders(len(hashes))), append(hashes, c.now().UTC())...).Scan(&expires)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", false, nil
@@ -95,7 +112,7 @@ func (c *Console) page(h func(w http.ResponseWriter, r *http.Request, v *view)) 
 			http.Redirect(w, r, Prefix+"/signin", http.StatusSeeOther)
 			return
 		}
-		h(w, r, &view{CSRF: csrfToken(token, "action"), Done: r.URL.Query().Get("done")})
+		h(w, r, &view{CSRF: csrfToken(token, "action"), Done: doneMessage(r.URL.Query())})
 	}
 }
 
@@ -148,7 +165,8 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.plain(w, http.StatusForbidden, "The form's token is missing or wrong; reload the sign-in page.")
 		return
 	}
-	if !c.operatorKey(r.PostFormValue("key")) {
+	key := c.operatorKey(r.PostFormValue("key"))
+	if key < 0 {
 		c.log.WarnContext(r.Context(), "console sign-in refused", "remote", r.RemoteAddr)
 		c.signInForm(w, r, http.StatusUnauthorized, RefusedMessage)
 		return
@@ -158,7 +176,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	if err := c.openSession(r.Context(), token); err != nil {
+	if err := c.openSession(r.Context(), tokenHash(token, c.keys[key])); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -168,14 +186,14 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
-// openSession stores the token's hash, and removes a bounded batch of
+// openSession stores the session's hash, and removes a bounded batch of
 // sessions that have ended, so the table holds about the live ones.
-func (c *Console) openSession(ctx context.Context, token string) error {
+func (c *Console) openSession(ctx context.Context, hash []byte) error {
 	now := c.now().UTC().Truncate(time.Microsecond)
 	if _, err := db.Exec(ctx, c.db, qSessionPurge, now, 100); err != nil {
 		return fmt.Errorf("console: remove ended sessions: %w", err)
 	}
-	if _, err := db.Exec(ctx, c.db, qSessionInsert, tokenHash(token), now, now.Add(SessionTTL)); err != nil {
+	if _, err := db.Exec(ctx, c.db, qSessionInsert, hash, now, now.Add(SessionTTL)); err != nil {
 		return fmt.Errorf("console: open session: %w", err)
 	}
 	return nil
@@ -183,7 +201,8 @@ func (c *Console) openSession(ctx context.Context, token string) error {
 
 // signOut ends the session on the server, then in the browser.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, token string) {
-	if _, err := db.Exec(r.Context(), c.db, qSessionDelete, tokenHash(token)); err != nil {
+	hashes := c.tokenHashes(token)
+	if _, err := db.Exec(r.Context(), c.db, fmt.Sprintf(qSessionDelete, placeholders(len(hashes))), hashes...); err != nil {
 		c.fail(w, r, fmt.Errorf("console: end session: %w", err))
 		return
 	}
