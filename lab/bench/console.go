@@ -18,8 +18,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/payments"
 )
 
 // Section (n): payment.succeeded callbacks while an operator keeps the
@@ -83,6 +86,9 @@ type PageCost struct {
 	P50           time.Duration
 	StatementsPer float64
 	RowsReadPer   float64
+	// CPU per load: this process (reader and service) and the database
+	// server (0 when it is not a local process).
+	BenchCPUPer, ServerCPUPer time.Duration
 	// Rows is what the page's data spans: today's orders and request-log
 	// rows (the overview's counts read one range of each).
 	OrdersToday, RequestLogToday int64
@@ -94,6 +100,117 @@ type Console struct {
 	OrderNo     string
 	Comparisons []ConsoleComparison
 	Pages       []PageCost
+	// Statements is the overview's reads, each run alone on one
+	// connection: which of them a slow overview spends its time in.
+	Statements []StatementCost
+}
+
+// StatementCost is one of the overview's statements run alone on one
+// connection: its median time and the rows and index entries it read
+// (that session's Handler_read_*, exact, unlike the global counters).
+type StatementCost struct {
+	Name     string
+	Runs     int
+	P50      time.Duration
+	RowsRead int64
+}
+
+// The overview's reads, verbatim (TestSQLMatchesService holds them to
+// internal/console/queries.go, internal/requestlog/query.go and
+// internal/events/queue.go): today's orders by status, today's requests
+// by kind and outcome, the pending events and deliveries, the flagged
+// payments. The session and the last reconciliation are single-row
+// lookups and are left out.
+const (
+	sqlConsoleOrdersToday   = `SELECT status, COUNT(*) FROM orders WHERE order_no >= ? GROUP BY status`
+	sqlConsoleRequestsToday = `SELECT kind, outcome, result, COUNT(*) FROM request_log FORCE INDEX (idx_request_log_at)
+		  WHERE at >= ? GROUP BY kind, outcome, result`
+	sqlConsolePendingEvents     = `SELECT COUNT(*), MIN(id) FROM events WHERE next_attempt_at IS NOT NULL`
+	sqlConsolePendingDeliveries = `SELECT COUNT(*), MIN(event_id) FROM deliveries WHERE next_attempt_at IS NOT NULL`
+	sqlConsoleFlagged           = `SELECT COUNT(*) FROM payments FORCE INDEX (idx_payments_flagged) WHERE result IN (?, ?, ?) AND status = 'SUCCEEDED'`
+)
+
+// overviewStatements are those reads with the overview's arguments at now.
+func overviewStatements(now time.Time) []struct {
+	name, sql string
+	args      []any
+} {
+	since := now.UTC().Truncate(24 * time.Hour)
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Timestamp(since))
+	var flagged []any
+	for _, r := range payments.FlaggedResults {
+		flagged = append(flagged, string(r))
+	}
+	return []struct {
+		name, sql string
+		args      []any
+	}{
+		{"orders today", sqlConsoleOrdersToday, []any{"ord_" + id.String()}},
+		{"requests today", sqlConsoleRequestsToday, []any{since}},
+		{"pending events", sqlConsolePendingEvents, nil},
+		{"pending deliveries", sqlConsolePendingDeliveries, nil},
+		{"flagged payments", sqlConsoleFlagged, flagged},
+	}
+}
+
+// statementCosts runs each of the overview's reads runs times on one
+// connection and reads that session's counters around each run.
+func statementCosts(ctx context.Context, raw *sql.DB, runs int) ([]StatementCost, error) {
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	reads := func() (int64, error) {
+		var n int64
+		err := conn.QueryRowContext(ctx, `SELECT CAST(SUM(VARIABLE_VALUE) AS SIGNED) FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME LIKE 'HANDLER\_READ\_%'`).Scan(&n)
+		return n, err
+	}
+	var out []StatementCost
+	for _, st := range overviewStatements(time.Now()) {
+		sc := StatementCost{Name: st.name, Runs: runs}
+		lat := make(latencies, 0, runs)
+		for range runs {
+			before, err := reads()
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", st.name, err)
+			}
+			t0 := time.Now()
+			rows, err := conn.QueryContext(ctx, st.sql, st.args...)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", st.name, err)
+			}
+			for rows.Next() {
+			}
+			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+				return out, fmt.Errorf("%s: %w", st.name, err)
+			}
+			lat = append(lat, time.Since(t0))
+			after, err := reads()
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", st.name, err)
+			}
+			// The counters' own read of information_schema counts
+			// too: measured apart, it is taken off.
+			sc.RowsRead = after - before
+		}
+		slices.Sort(lat)
+		sc.P50 = lat.p50()
+		out = append(out, sc)
+	}
+	base, err := reads()
+	if err != nil {
+		return out, err
+	}
+	again, err := reads()
+	if err != nil {
+		return out, err
+	}
+	for i := range out {
+		out[i].RowsRead -= again - base
+	}
+	return out, nil
 }
 
 // consoleInterval is -console-interval; Options built without the flags
@@ -219,13 +336,17 @@ func (b *bench) consoleSection(ctx context.Context, raw *sql.DB, sc *scratch) (o
 		loads = 3
 	}
 	for _, page := range consolePages {
-		pc, err := pageCost(ctx, status, reader, page, loads)
+		pc, err := pageCost(ctx, newCostMeter(status, sc.cfg.Addr), reader, page, loads)
 		if err != nil {
 			return out, err
 		}
 		out.Pages = append(out.Pages, pc)
 	}
 	printPageCosts(b.stdout, out.Pages)
+	if out.Statements, err = statementCosts(ctx, status, loads); err != nil {
+		return out, fmt.Errorf("overview statements: %w", err)
+	}
+	printStatementCosts(b.stdout, out.Statements)
 	return out, nil
 }
 
@@ -438,17 +559,25 @@ const handlerReadsSQL = `SELECT CAST(SUM(VARIABLE_VALUE) AS SIGNED) FROM informa
 
 // pageCost loads one page n times with nothing else running and reads the
 // server's global counters around the loads.
-func pageCost(ctx context.Context, status *sql.DB, r *consoleReader, page string, n int) (PageCost, error) {
+func pageCost(ctx context.Context, meter *costMeter, r *consoleReader, page string, n int) (PageCost, error) {
 	pc := PageCost{Page: page, Loads: n}
+	status := meter.status
+	var cpu0 usage
 	read := func() (q, rows int64, err error) {
-		var name string
-		if err := status.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &q); err != nil {
+		u, err := meter.read(ctx)
+		if err != nil {
 			return 0, 0, fmt.Errorf("page cost: %w", err)
+		}
+		if cpu0 == (usage{}) {
+			cpu0 = u
+		} else {
+			pc.BenchCPUPer = (u.bench - cpu0.bench) / time.Duration(n)
+			pc.ServerCPUPer = (u.server - cpu0.server) / time.Duration(n)
 		}
 		if err := status.QueryRowContext(ctx, handlerReadsSQL).Scan(&rows); err != nil {
 			return 0, 0, fmt.Errorf("page cost: %w", err)
 		}
-		return q, rows, nil
+		return u.questions, rows, nil
 	}
 	if _, err := r.load(ctx, page); err != nil { // warm
 		return pc, err
@@ -532,10 +661,18 @@ func pageLoadsLine(ps []PageLoads, errs int) string {
 func printPageCosts(w io.Writer, pcs []PageCost) {
 	fmt.Fprintf(w, "\npages alone (no callbacks running; the server's global counters per load):\n")
 	for _, p := range pcs {
-		fmt.Fprintf(w, "  %-9s %3d loads p50 %sms  %5.1f statements  %9.0f rows read (Handler_read_*)\n",
-			p.Page, p.Loads, ms(p.P50), p.StatementsPer, p.RowsReadPer)
+		fmt.Fprintf(w, "  %-9s %3d loads p50 %sms  %5.1f statements  %9.0f rows read (Handler_read_*)  CPU %6.0f µs this process, %6.0f µs the server\n",
+			p.Page, p.Loads, ms(p.P50), p.StatementsPer, p.RowsReadPer,
+			float64(p.BenchCPUPer.Nanoseconds())/1000, float64(p.ServerCPUPer.Nanoseconds())/1000)
 	}
 	if len(pcs) > 0 {
 		fmt.Fprintf(w, "  today's data: %d orders, %d request-log rows\n", pcs[0].OrdersToday, pcs[0].RequestLogToday)
+	}
+}
+
+func printStatementCosts(w io.Writer, scs []StatementCost) {
+	fmt.Fprintf(w, "  the overview's reads, each alone on one connection (that session's Handler_read_*):\n")
+	for _, c := range scs {
+		fmt.Fprintf(w, "    %-19s p50 %8sms  %9d rows read\n", c.Name, ms(c.P50), c.RowsRead)
 	}
 }
