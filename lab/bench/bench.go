@@ -130,6 +130,9 @@ type Options struct {
 	// ConsoleInterval is how often the console reader of (n) reloads
 	// its pages.
 	ConsoleInterval time.Duration
+	// ConsoleOrders is how many orders (n) creates today before its
+	// cells, so that the overview counts a busy day's.
+	ConsoleOrders int
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -154,6 +157,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PartitionRows, "partition-rows", 10_000_000, "partition cell: rows of the table partitioned by day")
 	fs.IntVar(&o.PartitionDays, "partition-days", 100, "partition cell: days those rows span (one partition each); the oldest is dropped, and as many records deleted in batches")
 	fs.DurationVar(&o.ConsoleInterval, "console-interval", time.Second, "console section: how often the reader reloads the overview and the timeline")
+	fs.IntVar(&o.ConsoleOrders, "console-orders", 0, "console section: unpaid orders created today before the cells (the overview counts today's orders; the callbacks pay some)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -247,6 +251,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, errors.New("-rounds must be at least 1")
 	case o.ConsoleInterval <= 0:
 		return o, errors.New("-console-interval must be positive")
+	case o.ConsoleOrders < 0:
+		return o, errors.New("-console-orders must not be negative")
 	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
 		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	case o.SizePoolMiB < 8 || o.SizeSeedPoolMiB < 8 || o.SizeWorkers < 1 || o.SizeWarm < 0 || o.SizePurgeRows < 0 ||

@@ -245,6 +245,12 @@ func (b *bench) consoleSection(ctx context.Context, raw *sql.DB, sc *scratch) (o
 	}
 	defer status.Close()
 	supply := &orderSupply{raw: raw}
+	if b.opts.ConsoleOrders > 0 {
+		fmt.Fprintf(b.stderr, "console: creating %d orders\n", b.opts.ConsoleOrders)
+		if err := supply.ensure(ctx, b.opts.ConsoleOrders); err != nil {
+			return out, fmt.Errorf("create orders: %w", err)
+		}
+	}
 	if out.OrderNo, err = orderWithHistory(ctx, svc, supply); err != nil {
 		return out, err
 	}
