@@ -304,15 +304,18 @@ func (b *bench) consoleSection(ctx context.Context, raw *sql.DB, sc *scratch) (o
 		c.FirstReaderErr = readerLoads.firstErr
 
 		flatLoads := newPageLog()
-		var flatWindow time.Duration
+		var (
+			flatOpened time.Time
+			flatWindow time.Duration
+		)
 		win := meter.window(ctx, flat.name)
 		s, err := b.runRound(ctx, SectionConsole, n, 1, flat, &c.Flat,
 			readerWindow(ctx, reader, 0, flatLoads, func(open bool) {
 				win(open)
 				if open {
-					flatWindow = -time.Duration(time.Now().UnixNano())
+					flatOpened = time.Now()
 				} else {
-					flatWindow += time.Duration(time.Now().UnixNano())
+					flatWindow = time.Since(flatOpened)
 				}
 			}))
 		if err != nil {
