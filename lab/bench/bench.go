@@ -17,6 +17,8 @@
 //	           HTTP, against the minimal deduplicating transaction
 //	keys       (k) POST /v1/orders with a database key against an
 //	           environment key
+//	console    (n) callbacks with the operator console's pages reloaded
+//	           every second against without
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -71,6 +73,9 @@ const (
 	// DROP PARTITION against batched DELETE (partition.go).
 	SectionSizes     = "sizes"
 	SectionPartition = "partition"
+	// SectionConsole is callbacks with and without the operator console
+	// being read (console.go, n).
+	SectionConsole = "console"
 )
 
 var sectionAliases = map[string]string{
@@ -87,6 +92,7 @@ var sectionAliases = map[string]string{
 	"k": SectionKeys, SectionKeys: SectionKeys,
 	"l": SectionSizes, SectionSizes: SectionSizes,
 	"m": SectionPartition, SectionPartition: SectionPartition,
+	"n": SectionConsole, SectionConsole: SectionConsole,
 }
 
 // Options are the command's flags.
@@ -121,6 +127,12 @@ type Options struct {
 	SizePlot        string
 	PartitionRows   int
 	PartitionDays   int
+	// ConsoleInterval is how often the console reader of (n) reloads
+	// its pages.
+	ConsoleInterval time.Duration
+	// ConsoleOrders is how many orders (n) creates today before its
+	// cells, so that the overview counts a busy day's.
+	ConsoleOrders int
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -132,7 +144,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m), console (n)")
 	only := fs.String("only", "", "comma-separated sections to run, skipping all others (same names as -skip)")
 	sizes := fs.String("sizes", "0,1000000,5000000,10000000", "sizes section: idempotency records at each measured size (with half as many orders, payments, ledger entries and events)")
 	fs.IntVar(&o.SizePoolMiB, "size-pool", 256, "sizes section: innodb_buffer_pool_size in MiB while measuring")
@@ -144,6 +156,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.SizePlot, "size-plot", "bench-sizes.png", "sizes section: the PNG of throughput and p99 against size")
 	fs.IntVar(&o.PartitionRows, "partition-rows", 10_000_000, "partition cell: rows of the table partitioned by day")
 	fs.IntVar(&o.PartitionDays, "partition-days", 100, "partition cell: days those rows span (one partition each); the oldest is dropped, and as many records deleted in batches")
+	fs.DurationVar(&o.ConsoleInterval, "console-interval", time.Second, "console section: how often the reader reloads the overview and the timeline")
+	fs.IntVar(&o.ConsoleOrders, "console-orders", 0, "console section: unpaid orders created today before the cells (the overview counts today's orders; the callbacks pay some)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -235,6 +249,10 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, errors.New("-warmup must not be negative")
 	case o.Rounds < 1:
 		return o, errors.New("-rounds must be at least 1")
+	case o.ConsoleInterval <= 0:
+		return o, errors.New("-console-interval must be positive")
+	case o.ConsoleOrders < 0:
+		return o, errors.New("-console-orders must not be negative")
 	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
 		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	case o.SizePoolMiB < 8 || o.SizeSeedPoolMiB < 8 || o.SizeWorkers < 1 || o.SizeWarm < 0 || o.SizePurgeRows < 0 ||
@@ -288,6 +306,7 @@ type Report struct {
 	Keys       []KeysComparison
 	Sizes      []SizePoint
 	Partition  *PartitionResult
+	Console    *Console
 }
 
 type bench struct {
@@ -361,6 +380,15 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 			return rep, fmt.Errorf("outbox: %w", err)
 		}
 		rep.Outbox = &o
+	}
+	if !opts.Skip[SectionConsole] {
+		fmt.Fprintf(stdout, "\n== (n) payment.succeeded callbacks without vs with the operator console's overview and an order's timeline reloaded every %v; 1/3 duplicates; rounds alternate which goes first ==\n",
+			consoleInterval(opts))
+		c, err := b.consoleSection(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("console: %w", err)
+		}
+		rep.Console = &c
 	}
 	if !opts.Skip[SectionDupStorm] {
 		redisURL := getenv("PAYSVC_BENCH_REDIS_URL")
@@ -616,6 +644,12 @@ func (b *bench) summary(rep *Report) {
 		if len(k.Costs) == 2 {
 			fmt.Fprintf(w, "            CPU per request env %.1f µs | db %.1f µs (%.2f)\n", float64(k.Costs[0].BenchCPUPerOp.Nanoseconds())/1000,
 				float64(k.Costs[1].BenchCPUPerOp.Nanoseconds())/1000, ratio(float64(k.Costs[1].BenchCPUPerOp), float64(k.Costs[0].BenchCPUPerOp)))
+		}
+	}
+	if c := rep.Console; c != nil {
+		for _, k := range c.Comparisons {
+			fmt.Fprintf(w, "  console   N=%-3d without %8.1f ops/s p99 %6sms | with %8.1f ops/s p99 %6sms | with/without %.2f (≥ %.2f %s), paired %.2f | flat out %.2f, %.1f page loads/s\n",
+				k.N, k.Without.MedianRate, ms(k.Without.P99), k.With.MedianRate, ms(k.With.P99), k.Ratio, ConsoleTarget, metMissed(k.Met), k.PairedRatio, k.FlatRatio, k.FlatLoadsPerSec)
 		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)

@@ -34,7 +34,8 @@ func TestQuickRun(t *testing.T) {
 		"== (a)+(b) payment.succeeded callbacks", "== (c) POST /v1/orders",
 		"== (d) storage", "== (e) purge under load", "== (f) outbox",
 		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
-		"== (i) duplicate storm", "== (j) database work per request", "== (k) POST /v1/orders with a key", "== summary", "dbwork    N=", "keys      N=",
+		"== (i) duplicate storm", "== (j) database work per request", "== (k) POST /v1/orders with a key", "== (n) payment.succeeded callbacks without vs with the operator console",
+		"pages alone", "== summary", "dbwork    N=", "keys      N=", "console   N=",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -69,6 +70,8 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("keys N=%d: ratios %v, %v", k.N, k.Ratio, k.PairedRatio)
 		}
 	}
+
+	checkConsole(t, opts, rep.Console)
 
 	if len(rep.DBWork) != len(opts.Ns) {
 		t.Errorf("dbwork: %d results, want one per N (%v)", len(rep.DBWork), opts.Ns)
@@ -335,7 +338,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("size defaults: %v, pool %d", d.Sizes, d.SizePoolMiB)
 	}
 	for _, bad := range [][]string{{"-n", "0"}, {"-n", "x"}, {"-skip", "nope"}, {"-only", "nope"}, {"-rounds", "0"}, {"extra"},
-		{"-sizes", "5,1"}, {"-sizes", "-1"}} {
+		{"-sizes", "5,1"}, {"-sizes", "-1"}, {"-console-interval", "0"}} {
 		if _, err := ParseFlags(bad, io.Discard); err == nil {
 			t.Errorf("ParseFlags(%q) accepted", bad)
 		}
@@ -381,6 +384,19 @@ func TestSQLMatchesService(t *testing.T) {
 		`sqlRollbackLoad = "ROLLBACK; " + sqlLoad`} {
 		if !strings.Contains(strings.Join(strings.Fields(idem), " "), join) {
 			t.Errorf("idempotency/store.go no longer has %s", join)
+		}
+	}
+	// The console section's overview statements, whitespace aside.
+	flat := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	for name, c := range map[string]struct{ src, sql string }{
+		"orders today":       {read("console/queries.go"), sqlConsoleOrdersToday},
+		"requests today":     {read("requestlog/query.go"), sqlConsoleRequestsToday},
+		"pending events":     {read("events/queue.go"), sqlConsolePendingEvents},
+		"pending deliveries": {read("events/queue.go"), sqlConsolePendingDeliveries},
+		"flagged payments":   {read("console/queries.go"), sqlConsoleFlagged},
+	} {
+		if !strings.Contains(flat(c.src), "`"+flat(c.sql)+"`") {
+			t.Errorf("console %s: the service no longer issues\n%s", name, c.sql)
 		}
 	}
 	for _, frag := range []string{
@@ -444,6 +460,57 @@ func TestSafeBatch(t *testing.T) {
 	for _, tt := range tests {
 		if err := safeBatch(tt.query); (err == nil) != tt.ok {
 			t.Errorf("safeBatch(%.60q) = %v, want ok %v", tt.query, err, tt.ok)
+		}
+	}
+}
+
+// checkConsole checks section (n)'s structure: every cell measured
+// callbacks without an error, the reader loaded both pages (the first
+// load comes at once when a window opens, however short) and the pages'
+// own cost was read.
+func checkConsole(t *testing.T, opts Options, c *Console) {
+	t.Helper()
+	if c == nil {
+		t.Fatal("console: no result")
+	}
+	if len(c.Comparisons) != len(opts.Ns) {
+		t.Errorf("console: %d comparisons, want one per N (%v)", len(c.Comparisons), opts.Ns)
+	}
+	for _, k := range c.Comparisons {
+		for name, cell := range map[string]Cell{"without": k.Without, "with": k.With, "flat": k.Flat} {
+			rounds := 2
+			if name == "flat" {
+				rounds = 1
+			}
+			if len(cell.Rounds) != rounds || cell.Errs != 0 || !(cell.MedianRate > 0) {
+				t.Errorf("console N=%d %s: %d rounds (want %d), %d errors (first: %s), %v ops/s",
+					k.N, name, len(cell.Rounds), rounds, cell.Errs, cell.FirstErr, cell.MedianRate)
+			}
+		}
+		if k.ReaderErrs+k.FlatErrs != 0 {
+			t.Errorf("console N=%d: %d + %d failed page loads (first: %s)", k.N, k.ReaderErrs, k.FlatErrs, k.FirstReaderErr)
+		}
+		for _, ps := range [][]PageLoads{k.Reader, k.FlatReader} {
+			if len(ps) != len(consolePages) {
+				t.Fatalf("console N=%d: pages %+v", k.N, ps)
+			}
+			for _, p := range ps {
+				if p.Loads < 1 || !(p.P50 > 0) {
+					t.Errorf("console N=%d: %+v", k.N, p)
+				}
+			}
+		}
+		if !(k.Ratio > 0) || !(k.PairedRatio > 0) || !(k.FlatRatio > 0) || !(k.FlatLoadsPerSec > 0) || len(k.Costs) != 3 {
+			t.Errorf("console N=%d: ratios %v, %v, %v, %v page loads/s, costs %+v", k.N, k.Ratio, k.PairedRatio, k.FlatRatio, k.FlatLoadsPerSec, k.Costs)
+		}
+	}
+	if len(c.Pages) != len(consolePages) {
+		t.Fatalf("console: page costs %+v", c.Pages)
+	}
+	for _, p := range c.Pages {
+		// The counters are global: other work on the server only adds.
+		if p.Loads < 1 || !(p.P50 > 0) || !(p.StatementsPer > 0) || !(p.RowsReadPer > 0) || p.OrdersToday < 1 || p.RequestLogToday < 1 {
+			t.Errorf("console page cost %+v", p)
 		}
 	}
 }
