@@ -17,6 +17,8 @@
 //	           HTTP, against the minimal deduplicating transaction
 //	keys       (k) POST /v1/orders with a database key against an
 //	           environment key
+//	fanout     (o) callbacks with 0, 1 and 8 webhook endpoints per
+//	           merchant, and the relay delivering to 1 and 8 endpoints
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -71,6 +73,9 @@ const (
 	// DROP PARTITION against batched DELETE (partition.go).
 	SectionSizes     = "sizes"
 	SectionPartition = "partition"
+	// SectionFanout is webhook endpoint fan-out: callbacks with 0, 1 and
+	// 8 endpoints, and the relay alone (fanout.go, o).
+	SectionFanout = "fanout"
 )
 
 var sectionAliases = map[string]string{
@@ -87,6 +92,7 @@ var sectionAliases = map[string]string{
 	"k": SectionKeys, SectionKeys: SectionKeys,
 	"l": SectionSizes, SectionSizes: SectionSizes,
 	"m": SectionPartition, SectionPartition: SectionPartition,
+	"o": SectionFanout, SectionFanout: SectionFanout,
 }
 
 // Options are the command's flags.
@@ -121,6 +127,11 @@ type Options struct {
 	SizePlot        string
 	PartitionRows   int
 	PartitionDays   int
+	// The fanout section (o): deliveries per relay round, the relay
+	// settings timed, and where its CPU profile goes.
+	FanoutEvents  int
+	RelaySettings []RelaySetting
+	FanoutProfile string
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -132,7 +143,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m), fanout (o)")
 	only := fs.String("only", "", "comma-separated sections to run, skipping all others (same names as -skip)")
 	sizes := fs.String("sizes", "0,1000000,5000000,10000000", "sizes section: idempotency records at each measured size (with half as many orders, payments, ledger entries and events)")
 	fs.IntVar(&o.SizePoolMiB, "size-pool", 256, "sizes section: innodb_buffer_pool_size in MiB while measuring")
@@ -144,6 +155,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.SizePlot, "size-plot", "bench-sizes.png", "sizes section: the PNG of throughput and p99 against size")
 	fs.IntVar(&o.PartitionRows, "partition-rows", 10_000_000, "partition cell: rows of the table partitioned by day")
 	fs.IntVar(&o.PartitionDays, "partition-days", 100, "partition cell: days those rows span (one partition each); the oldest is dropped, and as many records deleted in batches")
+	fs.IntVar(&o.FanoutEvents, "fanout-events", 40_000, "fanout section: deliveries due per relay round (events × endpoints)")
+	relaySettings := fs.String("relay-settings", "0x0x0", "fanout section: relay settings timed, comma-separated BATCHxCONCURRENCYxCONNS (claim size, attempts in flight, pool; 0: as serve runs it)")
+	fs.StringVar(&o.FanoutProfile, "fanout-profile", "", "write a CPU profile of the fanout section's relay rounds to `file`")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -191,6 +205,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 			"size-purge-rows": func() { o.SizePurgeRows = 500 },
 			"partition-rows":  func() { o.PartitionRows = 3000 },
 			"partition-days":  func() { o.PartitionDays = 3 },
+			"fanout-events":   func() { o.FanoutEvents = 400 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -212,6 +227,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		o.Sizes = append(o.Sizes, n)
 	}
+	settings, err := ParseRelaySettings(*relaySettings)
+	if err != nil {
+		return o, fmt.Errorf("-relay-settings: %w", err)
+	}
+	o.RelaySettings = settings
 	skipped, err := sectionList("-skip", *skip)
 	if err != nil {
 		return o, err
@@ -238,8 +258,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
 		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	case o.SizePoolMiB < 8 || o.SizeSeedPoolMiB < 8 || o.SizeWorkers < 1 || o.SizeWarm < 0 || o.SizePurgeRows < 0 ||
-		o.PartitionRows < 1 || o.PartitionDays < 2:
-		return o, errors.New("-size-pool and -size-seed-pool must be at least 8 (MiB), -size-workers and -partition-rows at least 1, -partition-days at least 2")
+		o.PartitionRows < 1 || o.PartitionDays < 2 || o.FanoutEvents < 8:
+		return o, errors.New("-size-pool and -size-seed-pool must be at least 8 (MiB), -size-workers and -partition-rows at least 1, -partition-days at least 2, -fanout-events at least 8")
 	}
 	return o, nil
 }
@@ -254,7 +274,7 @@ func sectionList(flagName, list string) (map[string]bool, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return nil, fmt.Errorf("%s: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys, sizes, partition)", flagName, f)
+			return nil, fmt.Errorf("%s: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys, sizes, partition, fanout)", flagName, f)
 		}
 		out[name] = true
 	}
@@ -288,6 +308,7 @@ type Report struct {
 	Keys       []KeysComparison
 	Sizes      []SizePoint
 	Partition  *PartitionResult
+	Fanout     *Fanout
 }
 
 type bench struct {
@@ -374,6 +395,14 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		if err != nil {
 			return rep, fmt.Errorf("dupstorm: %w", err)
 		}
+	}
+	if !opts.Skip[SectionFanout] {
+		fmt.Fprintf(stdout, "\n== (o) webhook endpoint fan-out: payment.succeeded callbacks with 0, 1 and 8 API-managed endpoints per merchant, relay paused; the relay alone to 1 and 8 endpoints ==\n")
+		f, err := b.fanoutSection(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("fanout: %w", err)
+		}
+		rep.Fanout = &f
 	}
 	if !opts.Skip[SectionSizes] {
 		fmt.Fprintf(stdout, "\n== (k) sizes: orders and callbacks against table size, idempotency_records clustered on the random key hash vs in arrival order ==\n")
@@ -616,6 +645,19 @@ func (b *bench) summary(rep *Report) {
 		if len(k.Costs) == 2 {
 			fmt.Fprintf(w, "            CPU per request env %.1f µs | db %.1f µs (%.2f)\n", float64(k.Costs[0].BenchCPUPerOp.Nanoseconds())/1000,
 				float64(k.Costs[1].BenchCPUPerOp.Nanoseconds())/1000, ratio(float64(k.Costs[1].BenchCPUPerOp), float64(k.Costs[0].BenchCPUPerOp)))
+		}
+	}
+	if f := rep.Fanout; f != nil {
+		for _, c := range f.Callbacks {
+			fmt.Fprintf(w, "  fanout    N=%-3d callbacks %s %8.1f ops/s", c.N, endpointsName(fanoutCounts[0]), c.Cells[0].MedianRate)
+			for i, k := range fanoutCounts[1:] {
+				fmt.Fprintf(w, " | %s %8.1f (%.2f, paired %.2f, %s)", endpointsName(k), c.Cells[i+1].MedianRate, c.Ratio[i+1], c.Paired[i+1],
+					metMissed(c.Ratio[i+1] >= FanoutThroughputTarget))
+			}
+			fmt.Fprintln(w)
+		}
+		for _, c := range f.Relay {
+			fmt.Fprintf(w, "  relay     %s, %s: %.0f deliveries/s (≥ %.0f %s)\n", c.Setting, endpointsName(c.Endpoints), c.Median, c.Target, metMissed(c.Median >= c.Target))
 		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)
