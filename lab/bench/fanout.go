@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/app"
@@ -148,6 +149,15 @@ type Fanout struct {
 	Callbacks  []FanoutCallbacks
 	Relay      []RelayCell
 	Events     int // deliveries per relay round
+	Profiles   []RelayProfile
+}
+
+// RelayProfile is one drain with the relay's statements timed.
+type RelayProfile struct {
+	Setting    RelaySetting
+	Endpoints  int
+	Round      RelayRound
+	Statements []stmtTime
 }
 
 // fanoutSecretsKey seals the endpoints' secrets (PAYSVC_SECRETS_KEY).
@@ -439,7 +449,7 @@ func (b *bench) fanoutRelay(ctx context.Context, raw *sql.DB, sc *scratch, keys 
 		}
 		for r := 1; r <= b.opts.Rounds; r++ {
 			for i, k := range fanoutRelayEndpoints {
-				rr, err := b.relayDrain(ctx, raw, gdb, sc, keys, rcv, meter, s, k, b.opts.FanoutEvents)
+				rr, err := b.relayDrain(ctx, raw, gdb, sc.cfg, keys, rcv, meter, s, k, b.opts.FanoutEvents)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", s, endpointsName(k), err)
 				}
@@ -458,6 +468,33 @@ func (b *bench) fanoutRelay(ctx context.Context, raw *sql.DB, sc *scratch, keys 
 		}
 		out.Relay = append(out.Relay, cells...)
 	}
+	stopProfile()
+	return b.relayStatementProfile(ctx, raw, gdb, sc, keys, rcv, meter, out)
+}
+
+// relayStatementProfile drains once more per endpoint count, with the
+// first setting and the relay's pool behind a proxy that times each
+// statement until its answer: which of them the relay waits for.
+func (b *bench) relayStatementProfile(ctx context.Context, raw *sql.DB, gdb *gorm.DB, sc *scratch, keys *endpoints.Keyring,
+	rcv *receiverProcess, meter *costMeter, out *Fanout) error {
+	tap, err := startTimingTap(sc.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer tap.close()
+	cfg := sc.cfg.Clone()
+	cfg.Addr = tap.addr()
+	s := b.opts.RelaySettings[0]
+	for _, k := range fanoutRelayEndpoints {
+		_ = tap.takeTiming()
+		rr, err := b.relayDrain(ctx, raw, gdb, cfg, keys, rcv, meter, s, k, b.opts.FanoutEvents)
+		if err != nil {
+			return fmt.Errorf("statement profile, %s: %w", endpointsName(k), err)
+		}
+		sp := RelayProfile{Setting: s, Endpoints: k, Round: rr, Statements: tap.takeTiming()}
+		out.Profiles = append(out.Profiles, sp)
+		printRelayProfile(b.stdout, sp)
+	}
 	return nil
 }
 
@@ -466,7 +503,7 @@ func (b *bench) fanoutRelay(ctx context.Context, raw *sql.DB, sc *scratch, keys 
 // is n deliveries, and times one relay from its start until the last
 // delivery is recorded; then it checks the count in the database and at
 // the receiver.
-func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, sc *scratch, keys *endpoints.Keyring,
+func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relayCfg *mysql.Config, keys *endpoints.Keyring,
 	rcv *receiverProcess, meter *costMeter, s RelaySetting, k, n int) (RelayRound, error) {
 	rr := RelayRound{}
 	for _, table := range []string{"deliveries", "event_attempts", "events"} {
@@ -495,7 +532,7 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, sc *s
 	if conns == 0 {
 		conns = relayPoolConns
 	}
-	pool, err := db.OpenPool(db.BackgroundConfig(sc.cfg), conns)
+	pool, err := db.OpenPool(db.BackgroundConfig(relayCfg), conns)
 	if err != nil {
 		return rr, err
 	}
@@ -621,10 +658,13 @@ func (b *bench) startFanoutProfile() (stop func(), err error) {
 		f.Close()
 		return nil, err
 	}
+	var once sync.Once
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-		fmt.Fprintf(b.stderr, "CPU profile of the relay rounds in %s\n", b.opts.FanoutProfile)
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			fmt.Fprintf(b.stderr, "CPU profile of the relay rounds in %s\n", b.opts.FanoutProfile)
+		})
 	}, nil
 }
 
@@ -711,6 +751,23 @@ func (p *receiverProcess) stop() error {
 	}
 	os.RemoveAll(p.dir)
 	return err
+}
+
+func printRelayProfile(w io.Writer, p RelayProfile) {
+	r := p.Round
+	fmt.Fprintf(w, "\nrelay statement profile, %s, %s: one drain with the relay's pool behind a proxy that times each statement\n", p.Setting, endpointsName(p.Endpoints))
+	fmt.Fprintf(w, "  (the proxy adds a hop to each: read the shares, not the rate) %.1f deliveries/s, %.2fs; claims %d (%.1f deliveries each, mean %.2f ms), finishes %d (%.1f each, mean %.2f ms)\n",
+		r.Rate, r.Elapsed.Seconds(), r.Claims, float64(r.Deliveries)/float64(max(r.Claims, 1)),
+		float64(r.ClaimTime)/float64(max(r.Claims, 1))/float64(time.Millisecond), r.Finishes,
+		float64(r.Deliveries)/float64(max(r.Finishes, 1)), float64(r.FinishTim)/float64(max(r.Finishes, 1))/float64(time.Millisecond))
+	fmt.Fprintf(w, "  %-48s %8s %10s %9s %13s\n", "statement", "count", "total s", "mean ms", "÷ drain time")
+	for i, st := range p.Statements {
+		if i == 14 {
+			break
+		}
+		fmt.Fprintf(w, "  %-48s %8d %10.2f %9.2f %13.2f\n", st.Kind, st.Count, st.Total.Seconds(),
+			float64(st.Total)/float64(st.Count)/float64(time.Millisecond), st.Total.Seconds()/r.Elapsed.Seconds())
+	}
 }
 
 func printFanoutStatements(w io.Writer, st []FanoutStatements) {
