@@ -835,8 +835,8 @@ func printFanoutCallbacks(w io.Writer, fc FanoutCallbacks) {
 func printRelayCell(w io.Writer, c RelayCell) {
 	fmt.Fprintf(w, "\nrelay alone, %s, %d deliveries due to %s (receiver in another process, 204 at once)\n",
 		c.Setting, c.Rounds[0].Deliveries, endpointsName(c.Endpoints))
-	fmt.Fprintf(w, "  %-7s %12s %8s %8s %10s %10s %12s %12s %12s  %s\n", "round", "deliveries/s", "claims", "finishes",
-		"claim ms", "finish ms", "attempt ms", "bench CPU s", "server CPU s", "load at end")
+	fmt.Fprintf(w, "  %-7s %12s %8s %8s %9s %10s %10s %6s %6s %10s %11s %12s  %s\n", "round", "deliveries/s", "claims", "finishes", "per claim",
+		"claim ms", "finish ms", "claim%", "fin%", "attempt ms", "bench CPU s", "server CPU s", "load at end")
 	for i, r := range c.Rounds {
 		mean := func(d time.Duration, n int) string {
 			if n == 0 {
@@ -844,10 +844,11 @@ func printRelayCell(w io.Writer, c RelayCell) {
 			}
 			return fmt.Sprintf("%.2f", float64(d)/float64(n)/float64(time.Millisecond))
 		}
-		fmt.Fprintf(w, "  %-7d %12.1f %8d %8d %10s %10s %12s %12.2f %12.2f  %s\n", i+1, r.Rate, r.Claims, r.Finishes,
-			mean(r.ClaimTime, r.Claims), mean(r.FinishTim, r.Finishes), mean(r.AttemptTime, r.Deliveries),
-			r.BenchCPU.Seconds(), r.ServerCPU.Seconds(), r.Load)
+		fmt.Fprintf(w, "  %-7d %12.1f %8d %8d %9.1f %10s %10s %6.0f %6.0f %10s %11.2f %12.2f  %s\n", i+1, r.Rate, r.Claims, r.Finishes,
+			float64(r.Deliveries)/float64(max(r.Claims, 1)), mean(r.ClaimTime, r.Claims), mean(r.FinishTim, r.Finishes),
+			100*r.ClaimTime.Seconds()/r.Elapsed.Seconds(), 100*r.FinishTim.Seconds()/r.Elapsed.Seconds(),
+			mean(r.AttemptTime, r.Deliveries), r.BenchCPU.Seconds(), r.ServerCPU.Seconds(), r.Load)
 	}
-	fmt.Fprintf(w, "  median  %12.1f deliveries/s (≥ %.0f) %s   (claim, finish: mean per call; attempt: mean per delivery)\n",
+	fmt.Fprintf(w, "  median  %12.1f deliveries/s (≥ %.0f) %s   (claim, finish: mean per call; claim%%, fin%%: share of the drain each spent in them; attempt: mean per delivery)\n",
 		c.Median, c.Target, metMissed(c.Median >= c.Target))
 }
