@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	reconcilepkg "github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -27,6 +28,9 @@ func TestReconcileExitCodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, ": clean") {
 		t.Fatalf("clean books: %v\n%s", err, out)
 	}
+	if last, found, err := reconcilepkg.LastRun(ctx, d.Gorm); err != nil || !found || last.Status != reconcilepkg.StatusClean {
+		t.Fatalf("the clean run's record: %+v, %v, %v", last, found, err)
+	}
 
 	// An order that says PAID with no payment behind it.
 	if err := d.Gorm.Exec(`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency, created_at, updated_at, paid_at)
@@ -42,11 +46,34 @@ func TestReconcileExitCodes(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	if last, found, err := reconcilepkg.LastRun(ctx, d.Gorm); err != nil || !found || last.Status != reconcilepkg.StatusFindings ||
+		last.Findings != 2 || len(last.Summary.Findings) != 2 {
+		t.Fatalf("the run with findings' record: %+v, %v, %v", last, found, err)
+	}
 
 	// Nothing listens on port 1.
 	_, err = reconcile("root:@tcp(127.0.0.1:1)/paysvc?timeout=2s")
 	if code := rtExitCode(err); code != 2 {
 		t.Fatalf("unreachable database: exit %d (%v), want 2", code, err)
+	}
+}
+
+// TestReconcileUnrecordedKeepsItsExitCode: a run the database cannot
+// record (here a schema without reconcile_runs) still exits by its
+// checks, and says in the log that it was not recorded.
+func TestReconcileUnrecordedKeepsItsExitCode(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	if err := d.Gorm.Exec(`DROP TABLE reconcile_runs`).Error; err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	err := run(context.Background(), []string{"reconcile"}, rtEnv("PAYSVC_DSN", d.DSN), &out, &log)
+	if err != nil || !strings.Contains(out.String(), ": clean") {
+		t.Fatalf("clean books, unrecorded: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(log.String(), "not recorded in reconcile_runs") {
+		t.Fatalf("no warning that the run was not recorded:\n%s", log.String())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if len(args) > 1 {
 			return usageError("reconcile takes no arguments")
 		}
-		return reconcileCmd(ctx, cfg, stdout)
+		return reconcileCmd(ctx, cfg, log, stdout)
 	case "settle":
 		return settleCmd(ctx, cfg, args[1:], stdout)
 	case "merchants":
@@ -206,17 +207,26 @@ func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
 	return nil
 }
 
-// reconcileCmd prints the findings; exit 0 clean, 1 findings, 2 could not
-// run.
-func reconcileCmd(ctx context.Context, cfg config.Config, stdout io.Writer) error {
+// reconcileCmd prints the findings and records the run in reconcile_runs
+// (a run whose checks failed too, if the database takes it); exit 0
+// clean, 1 findings, 2 could not run. A run that could not be recorded (a
+// read-only replica, a schema before reconcile_runs) keeps the exit code
+// of its checks, and says so in the log: the books are what the code
+// reports, the record is for the console.
+func reconcileCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
 	gdb, err := openDB(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	defer db.Close(gdb)
+	started := time.Now()
 	rep, err := reconcile.Run(ctx, gdb)
 	if err != nil {
+		_, _ = reconcile.Record(ctx, gdb, started, time.Now(), reconcile.Report{}, err)
 		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
+	}
+	if _, err := reconcile.Record(ctx, gdb, started, time.Now(), rep, nil); err != nil {
+		log.Warn("reconcile run not recorded in reconcile_runs", "err", err.Error())
 	}
 	rep.Print(stdout)
 	if !rep.Clean() {

@@ -18,6 +18,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -279,6 +282,7 @@ func TestRunBadConfig(t *testing.T) {
 		{"value with a newline", []string{"PAYSVC_WEBHOOK_TOLERANCE", "5\nm"}, "PAYSVC_WEBHOOK_TOLERANCE", ""},
 		{"API key too short", []string{"PAYSVC_API_KEYS", "acme:tooshortkey"}, "PAYSVC_API_KEYS", "tooshortkey"},
 		{"API key entry without merchant", []string{"PAYSVC_API_KEYS", "key-acme-0123456789-secret"}, "PAYSVC_API_KEYS", "key-acme-0123456789-secret"},
+		{"operator key too short", []string{"PAYSVC_ADMIN_KEYS", "op-key-too-short-0123456789"}, "PAYSVC_ADMIN_KEYS", "op-key-too-short-0123456789"},
 		{"webhook secret not base64", []string{"PAYSVC_WEBHOOK_SECRETS", "stripe=whsec_!!!notbase64secret"}, "PAYSVC_WEBHOOK_SECRETS", "notbase64secret"},
 		{"DSN without database", []string{"PAYSVC_DSN", "root:hunter2pw@tcp(127.0.0.1:3306)/"}, "PAYSVC_DSN", "hunter2pw"},
 		{"DSN unparsable", []string{"PAYSVC_DSN", "root:hunter2pw@tcp(127.0.0.1:3306"}, "PAYSVC_DSN", "hunter2pw"},
@@ -307,6 +311,57 @@ func TestRunBadConfig(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// serve with PAYSVC_ADMIN_KEYS serves the console: a page sends to the
+// sign-in form, the form signs in with the operator key, and the key is in
+// no log line.
+func TestRunServeConsole(t *testing.T) {
+	t.Parallel()
+	dsn, _ := rtFreshDSN(t)
+	const operatorKey = "op-key-run-test-0123456789-0123456789"
+	s := rtStartServe(t, rtEnv(
+		"PAYSVC_DSN", dsn,
+		"PAYSVC_ADDR", "127.0.0.1:0",
+		"PAYSVC_ADMIN_KEYS", operatorKey,
+		"PAYSVC_SHUTDOWN_TIMEOUT", rtShutdown.String(),
+		"PAYSVC_LOG_LEVEL", "debug",
+	))
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Timeout: 30 * time.Second, Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if r := rtDo(t, client, http.MethodGet, s.base+"/console", "", "", nil); r.status != http.StatusSeeOther ||
+		r.header.Get("Location") != "/console/signin" {
+		t.Fatalf("GET /console: %d to %q, want 303 to /console/signin", r.status, r.header.Get("Location"))
+	}
+	form := rtDo(t, client, http.MethodGet, s.base+"/console/signin", "", "", nil)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(form.body)
+	if form.status != 200 || m == nil {
+		t.Fatalf("GET /console/signin: %d %s", form.status, form.body)
+	}
+	res, err := client.PostForm(s.base+"/console/signin", url.Values{"key": {operatorKey}, "csrf": {string(m[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/console" {
+		t.Fatalf("sign-in: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if r := rtDo(t, client, http.MethodGet, s.base+"/console", "", "", nil); r.status != 200 ||
+		!bytes.Contains(r.body, []byte(`id="ov-orders-total"`)) {
+		t.Errorf("GET /console signed in: %d", r.status)
+	}
+	client.CloseIdleConnections()
+	if err := s.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	logs := s.logs.String()
+	if !strings.Contains(logs, `"admin_keys":1`) || !strings.Contains(logs, "console sign-in") {
+		t.Errorf("the log lacks the operator key count or the sign-in:\n%s", logs)
+	}
+	if strings.Contains(logs, operatorKey) || strings.Contains(logs, operatorKey[:16]) {
+		t.Errorf("the log holds the operator key:\n%s", logs)
 	}
 }
 
@@ -526,6 +581,12 @@ func TestRunServe(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		if r := rtDo(t, client, http.MethodGet, s.base+path, "", "", nil); r.status != 200 {
 			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+	// Without PAYSVC_ADMIN_KEYS there is no console.
+	for _, path := range []string{"/console", "/console/signin"} {
+		if r := rtDo(t, client, http.MethodGet, s.base+path, "", "", nil); r.status != 404 {
+			t.Errorf("%s without operator keys: %d, want 404", path, r.status)
 		}
 	}
 	client.CloseIdleConnections()

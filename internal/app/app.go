@@ -16,6 +16,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/console"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/httpapi"
 	"github.com/paysvc/paysvc/internal/idempotency"
@@ -27,6 +28,7 @@ import (
 	"github.com/paysvc/paysvc/internal/providers"
 	"github.com/paysvc/paysvc/internal/providers/stdwebhooks"
 	stripeadapter "github.com/paysvc/paysvc/internal/providers/stripe"
+	"github.com/paysvc/paysvc/internal/requestlog"
 )
 
 // App is an assembled service.
@@ -173,9 +175,24 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		paymentsSvc.WithOutbox(notify.recorder)
 	}
 	calls := newCallsRelay(cfg, registry, relayPool, gdb, paymentsSvc, log, now)
+	// The request log writes on the background pool, apart from the
+	// connections requests queue for; pushed after the pools, it is
+	// closed (and flushed) before them.
+	reqlog := requestlog.NewWriter(relayPool, requestlog.Options{Written: m.RequestLogWritten,
+		Dropped: m.RequestLogDropped, Now: now, Log: log})
+	stack.push(reqlog.Close)
 	// One callback use case for every intake (HTTP, NATS).
 	cbs := callbacks.New(callbacks.Deps{Engine: engine, Payments: paymentsSvc, Providers: registry,
-		TTL: cfg.CallbackTTL, Metrics: m, Log: log})
+		TTL: cfg.CallbackTTL, Metrics: m, Log: log, RequestLog: reqlog})
+	var operatorConsole http.Handler
+	if len(cfg.AdminKeys) > 0 {
+		oc, err := console.New(console.Deps{DB: gdb, AdminKeys: cfg.AdminKeys, Log: log, Now: now,
+			WakeRelay: notify.relay.Wake, EventTTL: cfg.Notify.EventTTL})
+		if err != nil {
+			return nil, err
+		}
+		operatorConsole = oc
+	}
 	handler := httpapi.New(httpapi.Deps{
 		Logger:         log,
 		DB:             gdb,
@@ -193,6 +210,8 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 		WakeRelay:      notify.relay.Wake,
 		Callbacks:      cbs,
 		Endpoints:      notify.endpoints,
+		RequestLog:     reqlog,
+		Console:        operatorConsole,
 	})
 	return &App{Config: cfg, Log: log, DB: gdb, Reserve: reserve, Metrics: m, Engine: engine, Handler: handler, now: now,
 		Callbacks: cbs, timeouts: opts.HTTPTimeouts.orDefaults(cfg.RequestTimeout), notify: notify, calls: calls,
@@ -271,7 +290,8 @@ var providerKinds = map[string]providers.Kind{
 
 // Purge runs one retention pass and counts what it removed: expired
 // idempotency records, then events past PAYSVC_EVENT_TTL with their
-// attempts.
+// attempts, then the request log's rows older than the longest
+// idempotency window.
 func (a *App) Purge(ctx context.Context) (int64, error) {
 	n, err := idempotency.Purge(ctx, a.DB, a.now(), a.Config.PurgeBatch, func(deleted int64) {
 		a.Metrics.Purged.Add(float64(deleted))
@@ -280,7 +300,12 @@ func (a *App) Purge(ctx context.Context) (int64, error) {
 		return n, err
 	}
 	m, err := a.purgeEvents(ctx)
-	return n + m, err
+	if err != nil {
+		return n + m, err
+	}
+	window := max(a.Config.IdempotencyTTL, a.Config.CallbackTTL)
+	r, err := requestlog.Purge(ctx, a.DB, a.now().Add(-window), a.Config.PurgeBatch, nil)
+	return n + m + r, err
 }
 
 // Close stops what Open started and releases what it opened, last

@@ -4,6 +4,9 @@ import (
 	"context"
 
 	"github.com/paysvc/paysvc/internal/callbacks"
+	"github.com/paysvc/paysvc/internal/idempotency"
+	"github.com/paysvc/paysvc/internal/providers"
+	"github.com/paysvc/paysvc/internal/requestlog"
 	"github.com/paysvc/paysvc/internal/sweep"
 )
 
@@ -11,10 +14,12 @@ import (
 // providers"): `paysvc sweep`, and serve every PAYSVC_SWEEP_INTERVAL.
 func (a *App) Sweep(ctx context.Context) (sweep.Counts, error) {
 	s := &sweep.Sweeper{
-		DB:           a.DB,
-		Orders:       a.orders,
-		Providers:    a.providers,
-		Apply:        a.Callbacks.ApplyEvent,
+		DB:        a.DB,
+		Orders:    a.orders,
+		Providers: a.providers,
+		Apply: func(ctx context.Context, provider string, p providers.Parsed) (idempotency.Result, error) {
+			return a.Callbacks.ApplyEvent(requestlog.WithKind(ctx, requestlog.SweepCallback), provider, p)
+		},
 		StoredResult: callbacks.StoredResult,
 		TTL:          a.Config.Providers.OrderTTL,
 		Now:          a.now,

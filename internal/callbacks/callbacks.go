@@ -24,6 +24,7 @@ import (
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
+	"github.com/paysvc/paysvc/internal/requestlog"
 )
 
 // ErrUnknownProvider: no webhook adapter is configured for the provider.
@@ -58,6 +59,8 @@ type Deps struct {
 	TTL     time.Duration
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+	// RequestLog, if set, is told how each event was answered.
+	RequestLog *requestlog.Writer
 }
 
 // Handler applies provider events.
@@ -158,13 +161,21 @@ func (h *Handler) ApplyEvent(ctx context.Context, provider string, p providers.P
 		return idempotency.Response{Status: http.StatusOK, ContentType: ContentType,
 			Body: mustMarshal(body{Result: result, OrderNo: ev.OrderNo})}, nil
 	})
+	var outcome string
 	switch {
 	case err != nil:
-		h.count(provider, string(ev.Type), problems.Code(err))
+		outcome = problems.Code(err)
 	case res.Replayed():
-		h.count(provider, string(ev.Type), string(StoredResult(res.Response)))
+		outcome = string(StoredResult(res.Response))
 	default:
-		h.count(provider, string(ev.Type), string(result))
+		outcome = string(result)
+	}
+	h.count(provider, string(ev.Type), outcome)
+	if h.d.RequestLog != nil {
+		// The carrier (HTTP, JetStream, the sweep) says which it is in ctx.
+		e := requestlog.FromEngine(requestlog.KindOf(ctx, requestlog.Callback), req, res, err)
+		e.Provider, e.OrderNo, e.Result = provider, ev.OrderNo, outcome
+		h.d.RequestLog.Add(e)
 	}
 	return res, err
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// set (PAYSVC_NATS_URL); it may carry credentials, so it is masked.
 	NATSURL  string
 	RedisURL string // PAYSVC_REDIS_URL; "" disables the Redis pre-check (redis.go)
+
+	// AdminKeys are the operator keys of PAYSVC_ADMIN_KEYS (admin.go);
+	// none leaves the operator console unserved.
+	AdminKeys []string
 }
 
 const (
@@ -152,6 +156,7 @@ func Load(getenv func(string) string) (Config, error) {
 	l.endpoints(&c.Endpoints)
 	l.natsURL(&c.NATSURL)
 	l.redisURL(&c.RedisURL)
+	l.adminKeys(&c.AdminKeys, c.APIKeys)
 
 	// A record that expires while its request still holds the lease would
 	// let a retry run the business a second time: the window must outlive it.
@@ -165,8 +170,9 @@ func Load(getenv func(string) string) (Config, error) {
 }
 
 // LogValue is the configuration as it may be logged: every field, with API
-// keys reduced to a key count per merchant, webhook secrets to a secret count
-// per provider, and the DSN password masked.
+// keys reduced to a key count per merchant, operator keys to their count,
+// webhook secrets to a secret count per provider, and the DSN password
+// masked.
 func (c Config) LogValue() slog.Value {
 	keysPerMerchant := map[string]int{}
 	for _, merchant := range c.APIKeys {
@@ -200,6 +206,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("endpoints", endpointsLog(c.Endpoints)),
 		slog.String("nats_url", maskURL(c.NATSURL)),
 		slog.String("redis_url", maskRedisURL(c.RedisURL)),
+		slog.Int("admin_keys", len(c.AdminKeys)),
 	)
 }
 

@@ -403,6 +403,7 @@ func secretConfig(t *testing.T) Config {
 		envDSN:            "app:" + dsnPassword + "@tcp(db:3306)/paysvc?parseTime=true",
 		envAPIKeys:        "m_1:" + keyA + ",m_1:" + keyB + ",acme:" + keyC,
 		envWebhookSecrets: "stripe=" + secretSW + " " + secretPad + ",adyen=" + secretNoPad,
+		envAdminKeys:      adminKeyA + "," + adminKeyB,
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +416,7 @@ func secretConfig(t *testing.T) Config {
 var leaks = []string{
 	dsnPassword, "Pa55", "w0rd",
 	keyA, keyB, keyC, "AAAAAAAA", "BBBB", "CCCCCCCC",
-	secretSW, secretPad, secretNoPad,
+	secretSW, secretPad, secretNoPad, adminKeyA, adminKeyB, adminKeyA[:12],
 	strings.TrimPrefix(secretSW, "whsec_")[:8],
 	strings.TrimPrefix(secretPad, "whsec_")[:8],
 	strings.TrimPrefix(secretNoPad, "whsec_")[:8],
@@ -480,9 +481,10 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"request_timeout":   "10s",
 		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
 			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
-		"nats_url":  "",
-		"providers": map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
-		"redis_url": "",
+		"nats_url":   "",
+		"providers":  map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
+		"redis_url":  "",
+		"admin_keys": 2.0,
 		"endpoints": map[string]any{"secrets_key": false, "secrets_key_old": false, "allow_http": false,
 			"allow_private": false, "disable_after": "120h"},
 	}

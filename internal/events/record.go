@@ -68,13 +68,13 @@ type paymentJSON struct {
 
 // OrderClosed records order.closed.
 func (r *Recorder) OrderClosed(ctx context.Context, tx *gorm.DB, o orders.Order, reason string) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderClosed, data{Order: documents.Order(o), Reason: reason}}})
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{OrderClosed, data{Order: documents.Order(o), Reason: reason}}})
 }
 
 // OrderPaid records order.paid; o is the order as the transaction has
 // just made it (read back with its UPDATE).
 func (r *Recorder) OrderPaid(ctx context.Context, tx *gorm.DB, o orders.Order) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{OrderPaid, data{Order: documents.Order(o)}}})
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{OrderPaid, data{Order: documents.Order(o)}}})
 }
 
 // RefundSettled records refund.succeeded and order.partially_refunded or
@@ -89,25 +89,25 @@ func (r *Recorder) RefundSettled(ctx context.Context, tx *gorm.DB, o orders.Orde
 		}
 		evs = []typed{{RefundSucceeded, d}, {orderType, d}}
 	}
-	return r.insert(ctx, tx, o.MerchantID, evs)
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, evs)
 }
 
 // PaymentFlagged records payment.flagged; data.refund is the automatic
 // refund when one was decided (README.md, "Calls to providers").
 func (r *Recorder) PaymentFlagged(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentFlagged, flaggedData(documents.Order(o), p)}})
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{PaymentFlagged, flaggedData(documents.Order(o), p)}})
 }
 
 // PaymentRefunded records payment.refunded: a flagged payment's automatic
 // refund settled.
 func (r *Recorder) PaymentRefunded(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{PaymentRefunded, flaggedData(documents.Order(o), p)}})
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{PaymentRefunded, flaggedData(documents.Order(o), p)}})
 }
 
 // RefundMismatched records refund.mismatched: the provider reported rf
 // settled with another amount or currency.
 func (r *Recorder) RefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, rf payments.Refund, rep payments.Reported) error {
-	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched,
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{RefundMismatched,
 		data{Order: documents.Order(o), Refund: documents.Refund(rf), Reported: reportedOf(rep)}}})
 }
 
@@ -116,7 +116,7 @@ func (r *Recorder) RefundMismatched(ctx context.Context, tx *gorm.DB, o orders.O
 func (r *Recorder) AutoRefundMismatched(ctx context.Context, tx *gorm.DB, o orders.Order, p payments.FlaggedPayment, rep payments.Reported) error {
 	d := flaggedData(documents.Order(o), p)
 	d.Reported = reportedOf(rep)
-	return r.insert(ctx, tx, o.MerchantID, []typed{{RefundMismatched, d}})
+	return r.insert(ctx, tx, o.MerchantID, o.OrderNo, []typed{{RefundMismatched, d}})
 }
 
 // autoRefundJSON is an automatic refund in data.refund.
@@ -144,21 +144,23 @@ type typed struct {
 // EndpointDisabled records endpoint.disabled: an API-managed endpoint
 // was disabled for failing.
 func (r *Recorder) EndpointDisabled(ctx context.Context, tx *gorm.DB, e endpoints.Endpoint) error {
-	return r.insert(ctx, tx, e.MerchantID, []typed{{EndpointDisabled, data{Endpoint: documents.Endpoint(e)}}})
+	return r.insert(ctx, tx, e.MerchantID, "", []typed{{EndpointDisabled, data{Endpoint: documents.Endpoint(e)}}})
 }
 
 // insert writes the events of one change in one INSERT (one round trip
 // however many events the change makes, and however many endpoints the
 // merchant has): every event is written due for its fan-out (package
 // events, Queue), which decides its deliveries outside this transaction.
-func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID string, evs []typed) error {
+// orderNo is the order the events are of (empty for none): an order's events
+// are found by it, through idx_events_order, not by reading data.
+func (r *Recorder) insert(ctx context.Context, tx *gorm.DB, merchantID, orderNo string, evs []typed) error {
 	at := r.now().UTC().Truncate(time.Microsecond)
 	delivery, next := DeliveryNone, &at
-	q := `INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES ` +
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", len(evs)), ", ")
-	args := make([]any, 0, 7*len(evs))
+	q := `INSERT INTO events (id, merchant_id, order_no, type, created_at, data, delivery, next_attempt_at) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", len(evs)), ", ")
+	args := make([]any, 0, 8*len(evs))
 	for _, e := range evs {
-		args = append(args, r.newID(at), merchantID, e.typ, at, documents.Marshal(e.data), delivery, next)
+		args = append(args, r.newID(at), merchantID, orderNo, e.typ, at, documents.Marshal(e.data), delivery, next)
 	}
 	if _, err := db.Exec(ctx, tx, q, args...); err != nil {
 		return fmt.Errorf("insert %s event: %w", evs[0].typ, err)

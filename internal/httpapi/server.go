@@ -27,6 +27,7 @@ import (
 	"github.com/paysvc/paysvc/internal/payments"
 	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/providers"
+	"github.com/paysvc/paysvc/internal/requestlog"
 )
 
 // Deps is what the HTTP layer needs; main wires it.
@@ -61,6 +62,14 @@ type Deps struct {
 	Callbacks *callbacks.Handler
 	// Endpoints serves the webhook endpoint routes.
 	Endpoints EndpointDeps
+	// RequestLog, if set, is told how each request the engine answered
+	// was answered; it is passed on to the callbacks it builds.
+	RequestLog *requestlog.Writer
+	// Console, if set, serves every path under /console (the operator
+	// console, package console); unset, those paths are 404 like any
+	// unknown route. It is not the merchant API, so api/openapi.yaml does
+	// not describe it.
+	Console http.Handler
 }
 
 type server struct {
@@ -79,7 +88,8 @@ type server struct {
 	now       func() time.Time
 	wakeRelay func()
 
-	endpoints EndpointDeps
+	endpoints  EndpointDeps
+	requestLog *requestlog.Writer
 }
 
 // New builds the router.
@@ -100,7 +110,8 @@ func New(d Deps) *gin.Engine {
 		now:       d.Now,
 		wakeRelay: d.WakeRelay,
 
-		endpoints: d.Endpoints,
+		endpoints:  d.Endpoints,
+		requestLog: d.RequestLog,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -110,7 +121,7 @@ func New(d Deps) *gin.Engine {
 	}
 	if s.callbacks == nil {
 		s.callbacks = callbacks.New(callbacks.Deps{Engine: d.Engine, Payments: d.Payments, Providers: d.Providers,
-			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger})
+			TTL: d.CallbackTTL, Metrics: d.Metrics, Log: d.Logger, RequestLog: d.RequestLog})
 	}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -153,6 +164,11 @@ func New(d Deps) *gin.Engine {
 	merchant.POST("/webhook_endpoints/:id/rotate_secret", s.rotateSecret)
 	merchant.POST("/webhook_endpoints/:id/recover", s.recoverEndpoint)
 	v1.POST("/callbacks/:provider", s.callback)
+	if d.Console != nil {
+		h := gin.WrapH(d.Console)
+		r.Any("/console", h)
+		r.Any("/console/*path", h)
+	}
 	return r
 }
 
@@ -228,7 +244,38 @@ func (s *server) checkToken(c *gin.Context, scope, key string) error {
 // configured) and writes the answer.
 func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {
 	res, err := s.engine.Do(c.Request.Context(), req, fn)
+	if s.requestLog != nil {
+		s.logRequest(c, req, res, err)
+	}
 	RespondIdempotent(c, s.metrics, s.log, c.FullPath(), res, err)
+}
+
+// routeKinds names the request log's kind of each merchant route that
+// goes through the engine.
+var routeKinds = map[string]requestlog.Kind{
+	"/v1/orders":                              requestlog.OrderCreate,
+	"/v1/orders/:order_no/cancel":             requestlog.OrderCancel,
+	"/v1/orders/:order_no/refunds":            requestlog.RefundCreate,
+	"/v1/events/:id/redeliver":                requestlog.EventRedeliver,
+	"/v1/webhook_endpoints":                   requestlog.EndpointCreate,
+	"/v1/webhook_endpoints/:id/rotate_secret": requestlog.EndpointRotate,
+	"/v1/webhook_endpoints/:id/recover":       requestlog.EndpointRecover,
+}
+
+// logRequest queues the request log's row of a merchant request. An
+// order's creation names its order only in its answer: the writer reads
+// it from the body, off the request path.
+func (s *server) logRequest(c *gin.Context, req idempotency.Request, res idempotency.Result, err error) {
+	kind, ok := routeKinds[c.FullPath()]
+	if !ok {
+		kind = requestlog.MerchantRequest
+	}
+	e := requestlog.FromEngine(kind, req, res, err)
+	e.MerchantID, e.OrderNo = merchantOf(c), c.Param("order_no")
+	if kind == requestlog.OrderCreate && err == nil {
+		e.OrderFrom = res.Response.Body
+	}
+	s.requestLog.Add(e)
 }
 
 // RespondIdempotent writes the engine's answer and counts its outcome; the

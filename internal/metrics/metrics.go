@@ -47,6 +47,11 @@ type Metrics struct {
 	// (internal/merchants): found, unknown or error. Zero in steady state;
 	// a climb of unknown is someone trying keys.
 	APIKeyLookups *prometheus.CounterVec
+	// RequestLogWritten and RequestLogDropped count the rows of the
+	// request log (internal/requestlog) written, and those lost: the
+	// queue was full, or their INSERT failed.
+	RequestLogWritten prometheus.Counter
+	RequestLogDropped prometheus.Counter
 }
 
 // New registers the collectors, plus Go and process collectors, on a new
@@ -124,5 +129,14 @@ func New() *Metrics {
 	for _, r := range []string{"found", "unknown", "error"} {
 		m.APIKeyLookups.WithLabelValues(r)
 	}
+	m.RequestLogWritten = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_request_log_written_total",
+		Help: "Rows written to the request log.",
+	})
+	m.RequestLogDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_request_log_dropped_total",
+		Help: "Rows of the request log lost: its queue was full or their INSERT failed.",
+	})
+	m.Registry.MustRegister(m.RequestLogWritten, m.RequestLogDropped)
 	return m
 }

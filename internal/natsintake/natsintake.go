@@ -29,6 +29,7 @@ import (
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/metrics"
+	"github.com/paysvc/paysvc/internal/requestlog"
 )
 
 // Names operators and publishers rely on (README.md).
@@ -259,7 +260,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 			// message, not by how long it waited there.
 			actx = callbacks.WithReceivedAt(actx, md.Timestamp)
 		}
-		_, err := c.apply.Apply(actx, provider, header, msg.Data())
+		_, err := c.apply.Apply(requestlog.WithKind(actx, requestlog.JetStreamCallback), provider, header, msg.Data())
 		d = decide(err, delivered, c.o.RetryDelay, c.o.MaxRetryDelay)
 	}
 	if c.o.BeforeSettle != nil && !c.o.BeforeSettle(msg.Subject(), d.Action) {

@@ -16,6 +16,7 @@ import (
 	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/internal/requestlog"
 	"github.com/paysvc/paysvc/internal/sweep"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
@@ -91,6 +92,21 @@ func TestSweepRecoversLostCallbacks(t *testing.T) {
 		t.Errorf("second sweep: %+v, want nothing left", c)
 	}
 	cbReconcileClean(t, d)
+	// The request log tells the sweep's recovery from the callback.
+	if err := s.app.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := requestlog.ForOrder(context.Background(), d.Gorm, os[0].OrderNo, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%s %s %s", r.Kind, r.Outcome, r.Result))
+	}
+	if want := []string{"order_create ran ", "sweep_callback ran applied", "callback replayed applied"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the request log of a recovered order: %q, want %q", got, want)
+	}
 }
 
 // TestSweepDefers: a provider that cannot be asked defers the order; one

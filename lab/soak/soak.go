@@ -170,6 +170,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// MkdirTemp makes it 0700; the Galera nodes run as mysql when the
+		// soak runs as root, and must reach their data directories in it.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
 		s.dir = d
 	} else if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, err

@@ -1,0 +1,569 @@
+package console
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/payments"
+)
+
+// The console's statements. Each reads a range of the index it names (the
+// EXPLAIN test holds them to it), and every list pages by keyset: the
+// next page starts after the last row's key, never at an OFFSET.
+const (
+	qSession       = `SELECT expires_at FROM console_sessions WHERE token_hash = ? AND expires_at > ?`
+	qSessionInsert = `INSERT INTO console_sessions (token_hash, created_at, expires_at) VALUES (?, ?, ?)`
+	qSessionDelete = `DELETE FROM console_sessions WHERE token_hash = ?`
+	qSessionPurge  = `DELETE FROM console_sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`
+
+	// Order numbers are "ord_" + ULID, time-ordered: today's orders are a
+	// range of the primary key.
+	qOrdersToday  = `SELECT status, COUNT(*) FROM orders WHERE order_no >= ? GROUP BY status`
+	qFlaggedCount = `SELECT COUNT(*) FROM payments FORCE INDEX (idx_payments_flagged) WHERE result IN (?, ?, ?) AND status = 'SUCCEEDED'`
+
+	orderColumns       = `order_no, merchant_id, merchant_order_no, status, amount, currency, refunded_amount, pending_refund_amount, created_at, updated_at, paid_at`
+	qOrderByNo         = `SELECT ` + orderColumns + ` FROM orders WHERE order_no = ?`
+	qOrderByMerchantNo = `SELECT ` + orderColumns + ` FROM orders WHERE merchant_id = ? AND merchant_order_no = ?`
+	qOrdersOfMerchant  = `SELECT ` + orderColumns + ` FROM orders FORCE INDEX (uk_orders_merchant_order) WHERE merchant_id = ? AND merchant_order_no > ? ORDER BY merchant_order_no LIMIT ?`
+	qOrdersNewest      = `SELECT ` + orderColumns + ` FROM orders WHERE order_no < ? ORDER BY order_no DESC LIMIT ?`
+
+	qPaymentsOfOrder = `SELECT id, provider, txn_id, status, result, amount, currency, created_at FROM payments WHERE order_no = ? ORDER BY id LIMIT ?`
+	qRefundsOfOrder  = `SELECT refund_no, merchant_refund_no, amount, status, created_at, updated_at FROM refunds WHERE order_no = ? ORDER BY refund_no LIMIT ?`
+	qLedgerOfOrder   = `SELECT id, provider, kind, txn_id, amount, currency, created_at FROM ledger_entries WHERE order_no = ? ORDER BY id LIMIT ?`
+	callColumns      = `id, provider, kind, refund_no, payment_txn_id, amount, currency, status, retries, COALESCE(settled, ''), last_error, created_at, updated_at`
+	qCallsOfRefunds  = `SELECT ` + callColumns + ` FROM provider_calls WHERE refund_no IN (%s) LIMIT ?`
+	qCallsOfPayments = `SELECT ` + callColumns + ` FROM provider_calls WHERE %s LIMIT ?`
+	qDeliveriesOf    = `SELECT event_id, endpoint_id, status FROM deliveries WHERE event_id IN (%s) ORDER BY event_id, endpoint_id LIMIT ?`
+	qAttemptsOf      = `SELECT event_id, endpoint_id, at, status_code, error, duration_ms FROM event_attempts WHERE event_id IN (%s) ORDER BY event_id, id LIMIT ?`
+
+	qFailedOfEndpoint = `SELECT id, event_id, endpoint_id, merchant_id, retries FROM deliveries FORCE INDEX (idx_deliveries_endpoint)
+		WHERE endpoint_id = ? AND status = 3 AND event_id > ? ORDER BY event_id LIMIT ?`
+	qNextEndpoint   = `SELECT id FROM webhook_endpoints WHERE id > ? ORDER BY id LIMIT 1`
+	qEventsByID     = `SELECT id, type, order_no, created_at FROM events WHERE id IN (%s)`
+	qEventMerchant  = `SELECT merchant_id FROM events WHERE id = ?`
+	qEndpoints      = `SELECT id, merchant_id, url, status, COALESCE(disabled_reason, ''), failing_since, created_at FROM webhook_endpoints WHERE id > ? ORDER BY id LIMIT ?`
+	qEndpointCounts = `SELECT endpoint_id, status, COUNT(*) FROM deliveries FORCE INDEX (idx_deliveries_endpoint) WHERE endpoint_id IN (%s) AND status IN (1, 3) GROUP BY endpoint_id, status`
+	qEndpointOwner  = `SELECT merchant_id FROM webhook_endpoints WHERE id = ?`
+
+	qMerchants     = `SELECT merchant_id, name, created_at FROM merchants WHERE merchant_id > ? ORDER BY merchant_id LIMIT ?`
+	qKeysOf        = `SELECT id, merchant_id, prefix, created_at, expires_at, revoked_at, last_used_at FROM api_keys FORCE INDEX (idx_api_keys_merchant) WHERE merchant_id IN (%s) ORDER BY merchant_id, id LIMIT ?`
+	qSettlementDay = `SELECT merchant_id, currency, payments_count, payments_amount, refunds_count, refunds_amount, net FROM settlements FORCE INDEX (idx_settlements_date)
+		WHERE settle_date = ? AND (merchant_id > ? OR (merchant_id = ? AND currency > ?)) ORDER BY merchant_id, currency LIMIT ?`
+)
+
+// timelineCap bounds each kind of row an order's timeline shows besides
+// its requests (which page): an order has a handful of each, and a cap
+// keeps a pathological one from making the page unbounded.
+const timelineCap = 200
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// orderNoAt is the smallest order number created at t or later.
+func orderNoAt(t time.Time) string {
+	var id ulid.ULID
+	if err := id.SetTime(ulid.Timestamp(t)); err != nil {
+		return "ord_"
+	}
+	return "ord_" + id.String()
+}
+
+// Order is one row of orders.
+type Order struct {
+	OrderNo, MerchantID, MerchantOrderNo, Status, Currency string
+	Amount, Refunded, PendingRefund                        int64
+	CreatedAt, UpdatedAt, PaidAt                           time.Time
+}
+
+func scanOrders(rows *sql.Rows, err error) ([]Order, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Order
+	for rows.Next() {
+		var (
+			o    Order
+			mno  []byte
+			paid sql.NullTime
+		)
+		if err := rows.Scan(&o.OrderNo, &o.MerchantID, &mno, &o.Status, &o.Amount, &o.Currency, &o.Refunded, &o.PendingRefund,
+			&o.CreatedAt, &o.UpdatedAt, &paid); err != nil {
+			return nil, err
+		}
+		o.MerchantOrderNo, o.PaidAt = string(mno), paid.Time
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// OrderSearch is what the orders page looks for: one order by either
+// number, a merchant's orders, or the newest orders; After is the cursor.
+type OrderSearch struct {
+	OrderNo, MerchantOrderNo, Merchant, After string
+}
+
+// searchOrders returns at most PageSize orders and the next page's
+// cursor ("" on the last page).
+func searchOrders(ctx context.Context, gdb *gorm.DB, s OrderSearch) ([]Order, string, error) {
+	var (
+		os  []Order
+		err error
+	)
+	switch {
+	case s.OrderNo != "":
+		os, err = scanOrders(db.Query(ctx, gdb, qOrderByNo, s.OrderNo))
+	case s.MerchantOrderNo != "" && s.Merchant != "":
+		os, err = scanOrders(db.Query(ctx, gdb, qOrderByMerchantNo, s.Merchant, []byte(s.MerchantOrderNo)))
+	case s.Merchant != "":
+		os, err = scanOrders(db.Query(ctx, gdb, qOrdersOfMerchant, s.Merchant, []byte(s.After), PageSize+1))
+		if err == nil && len(os) > PageSize {
+			return os[:PageSize], os[PageSize-1].MerchantOrderNo, nil
+		}
+	default:
+		after := s.After
+		if after == "" {
+			after = "ord_~" // above every ULID
+		}
+		os, err = scanOrders(db.Query(ctx, gdb, qOrdersNewest, after, PageSize+1))
+		if err == nil && len(os) > PageSize {
+			return os[:PageSize], os[PageSize-1].OrderNo, nil
+		}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("search orders: %w", err)
+	}
+	return os, "", nil
+}
+
+// Overview is the overview page's figures.
+type Overview struct {
+	Since         time.Time
+	OrdersToday   map[string]int64
+	OrdersTotal   int64
+	Flagged       int64
+	OutboxPending int64
+	OutboxOldest  time.Time
+}
+
+func ordersToday(ctx context.Context, gdb *gorm.DB, since time.Time) (map[string]int64, int64, error) {
+	rows, err := db.Query(ctx, gdb, qOrdersToday, orderNoAt(since))
+	if err != nil {
+		return nil, 0, fmt.Errorf("orders today: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	var total int64
+	for rows.Next() {
+		var (
+			st string
+			n  int64
+		)
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, 0, fmt.Errorf("orders today: %w", err)
+		}
+		out[st] = n
+		total += n
+	}
+	return out, total, rows.Err()
+}
+
+// flaggedArgs are the results of payments.FlaggedResults, the flagged
+// payments' definition, as arguments.
+func flaggedArgs() []any {
+	out := make([]any, len(payments.FlaggedResults))
+	for i, r := range payments.FlaggedResults {
+		out[i] = string(r)
+	}
+	return out
+}
+
+func flaggedCount(ctx context.Context, gdb *gorm.DB) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, gdb, qFlaggedCount, flaggedArgs()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("flagged payments: %w", err)
+	}
+	return n, nil
+}
+
+// Delivery is a failed delivery with its event.
+type Delivery struct {
+	ID                              int64
+	EventID, EndpointID, MerchantID string
+	Retries                         int
+	EventType, OrderNo              string
+	EventAt                         time.Time
+	// LastAttempt says how the delivery's last attempt ended ("" when it
+	// had none); LastAttemptAt is when.
+	LastAttempt   string
+	LastAttemptAt time.Time
+}
+
+// DeliveryCursor is where a page of failed deliveries starts: after
+// event AfterEvent of endpoint Endpoint (” is the PAYSVC_NOTIFY_ENDPOINTS
+// endpoint, which comes first). AfterEvent "~" skips the endpoint.
+type DeliveryCursor struct{ Endpoint, AfterEvent string }
+
+// endpointsPerPage bounds the endpoints one page of failed deliveries
+// looks at, so that many endpoints without failures cost a few pages,
+// not one unbounded one.
+const endpointsPerPage = 50
+
+// failedDeliveries reads failed deliveries endpoint by endpoint, each a
+// range of idx_deliveries_endpoint, and returns the next page's cursor
+// (nil on the last page).
+func failedDeliveries(ctx context.Context, gdb *gorm.DB, cur DeliveryCursor) ([]Delivery, *DeliveryCursor, error) {
+	var out []Delivery
+	ep, after := cur.Endpoint, cur.AfterEvent
+	for looked := 0; ; looked++ {
+		if after != "~" {
+			rows, err := db.Query(ctx, gdb, qFailedOfEndpoint, ep, after, PageSize+1-len(out))
+			if err != nil {
+				return nil, nil, fmt.Errorf("failed deliveries of %q: %w", ep, err)
+			}
+			for rows.Next() {
+				var d Delivery
+				if err := rows.Scan(&d.ID, &d.EventID, &d.EndpointID, &d.MerchantID, &d.Retries); err != nil {
+					rows.Close()
+					return nil, nil, fmt.Errorf("failed deliveries: %w", err)
+				}
+				out = append(out, d)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, nil, fmt.Errorf("failed deliveries: %w", err)
+			}
+		}
+		if len(out) > PageSize {
+			out = out[:PageSize]
+			last := out[PageSize-1]
+			return withEvents(ctx, gdb, out, &DeliveryCursor{Endpoint: last.EndpointID, AfterEvent: last.EventID})
+		}
+		if looked+1 >= endpointsPerPage {
+			return withEvents(ctx, gdb, out, &DeliveryCursor{Endpoint: ep, AfterEvent: "~"})
+		}
+		var next string
+		err := db.QueryRow(ctx, gdb, qNextEndpoint, ep).Scan(&next)
+		if err == sql.ErrNoRows {
+			return withEvents(ctx, gdb, out, nil)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("failed deliveries: next endpoint: %w", err)
+		}
+		ep, after = next, ""
+	}
+}
+
+func withEvents(ctx context.Context, gdb *gorm.DB, ds []Delivery, next *DeliveryCursor) ([]Delivery, *DeliveryCursor, error) {
+	if len(ds) == 0 {
+		return ds, next, nil
+	}
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.EventID
+	}
+	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qEventsByID, placeholders(len(ids))), anys(ids)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
+	}
+	defer rows.Close()
+	type ev struct {
+		typ, orderNo string
+		at           time.Time
+	}
+	evs := map[string]ev{}
+	for rows.Next() {
+		var (
+			id string
+			e  ev
+		)
+		if err := rows.Scan(&id, &e.typ, &e.orderNo, &e.at); err != nil {
+			return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
+		}
+		evs[id] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
+	}
+	for i := range ds {
+		e := evs[ds[i].EventID]
+		ds[i].EventType, ds[i].OrderNo, ds[i].EventAt = e.typ, e.orderNo, e.at
+	}
+	return ds, next, lastAttempts(ctx, gdb, ds, ids)
+}
+
+// attemptsPerDeliveryPage bounds the attempts read for one page of
+// failed deliveries: a failed delivery has run its schedule (8 attempts
+// by default), a few more if redelivered.
+const attemptsPerDeliveryPage = PageSize * 64
+
+// lastAttempts sets each delivery's last attempt: one range of
+// event_attempts' primary key over the page's events.
+func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []string) error {
+	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qAttemptsOf, placeholders(len(eventIDs))), append(anys(eventIDs), attemptsPerDeliveryPage)...)
+	if err != nil {
+		return fmt.Errorf("attempts of failed deliveries: %w", err)
+	}
+	defer rows.Close()
+	type pair struct{ event, endpoint string }
+	at := map[pair]int{}
+	for i, d := range ds {
+		at[pair{d.EventID, d.EndpointID}] = i
+	}
+	for rows.Next() {
+		var (
+			p       pair
+			when    time.Time
+			code    sql.NullInt64
+			errText string
+			ms      int64
+		)
+		if err := rows.Scan(&p.event, &p.endpoint, &when, &code, &errText, &ms); err != nil {
+			return fmt.Errorf("attempts of failed deliveries: %w", err)
+		}
+		i, ok := at[p]
+		if !ok {
+			continue
+		}
+		d := "no answer"
+		if code.Valid {
+			d = "HTTP " + strconv.FormatInt(code.Int64, 10)
+		}
+		if errText != "" {
+			d += ": " + errText
+		}
+		ds[i].LastAttempt, ds[i].LastAttemptAt = d, when
+	}
+	return rows.Err()
+}
+
+// EndpointRow is an endpoint with its health.
+type EndpointRow struct {
+	ID, MerchantID, URL, DisabledReason string
+	Status                              int
+	FailingSince, CreatedAt             time.Time
+	Pending, Failed                     int64
+}
+
+// Health is the endpoint's health in a word.
+func (e EndpointRow) Health() string {
+	switch {
+	case e.Status == 1:
+		return "disabled"
+	case !e.FailingSince.IsZero():
+		return "failing"
+	}
+	return "healthy"
+}
+
+func endpointsList(ctx context.Context, gdb *gorm.DB, after string) ([]EndpointRow, string, error) {
+	rows, err := db.Query(ctx, gdb, qEndpoints, after, PageSize+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("endpoints: %w", err)
+	}
+	var out []EndpointRow
+	for rows.Next() {
+		var (
+			e       EndpointRow
+			failing sql.NullTime
+		)
+		if err := rows.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Status, &e.DisabledReason, &failing, &e.CreatedAt); err != nil {
+			rows.Close()
+			return nil, "", fmt.Errorf("endpoints: %w", err)
+		}
+		e.FailingSince = failing.Time
+		out = append(out, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("endpoints: %w", err)
+	}
+	next := ""
+	if len(out) > PageSize {
+		out, next = out[:PageSize], out[PageSize-1].ID
+	}
+	if len(out) == 0 {
+		return out, next, nil
+	}
+	ids := make([]string, len(out))
+	at := map[string]int{}
+	for i, e := range out {
+		ids[i], at[e.ID] = e.ID, i
+	}
+	crows, err := db.Query(ctx, gdb, fmt.Sprintf(qEndpointCounts, placeholders(len(ids))), anys(ids)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("endpoint deliveries: %w", err)
+	}
+	defer crows.Close()
+	for crows.Next() {
+		var (
+			id     string
+			status int
+			n      int64
+		)
+		if err := crows.Scan(&id, &status, &n); err != nil {
+			return nil, "", fmt.Errorf("endpoint deliveries: %w", err)
+		}
+		if status == 1 {
+			out[at[id]].Pending = n
+		} else {
+			out[at[id]].Failed = n
+		}
+	}
+	return out, next, crows.Err()
+}
+
+// Call is one row of provider_calls.
+type Call struct {
+	ID, Provider, RefundNo, PaymentTxnID, Currency, Settled, LastError string
+	Kind, Status, Retries                                              int
+	Amount                                                             int64
+	CreatedAt, UpdatedAt                                               time.Time
+}
+
+// StatusName is the call's status in a word.
+func (c Call) StatusName() string {
+	switch c.Status {
+	case 0:
+		return "pending"
+	case 1:
+		return "done"
+	}
+	return "failed"
+}
+
+func readCalls(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]Call, error) {
+	rows, err := db.Query(ctx, gdb, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("provider calls: %w", err)
+	}
+	defer rows.Close()
+	var out []Call
+	for rows.Next() {
+		var (
+			c   Call
+			txn []byte
+		)
+		if err := rows.Scan(&c.ID, &c.Provider, &c.Kind, &c.RefundNo, &txn, &c.Amount, &c.Currency, &c.Status, &c.Retries,
+			&c.Settled, &c.LastError, &c.CreatedAt, &c.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("provider calls: %w", err)
+		}
+		c.PaymentTxnID = string(txn)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Merchant is a merchant with its keys.
+type Merchant struct {
+	ID, Name  string
+	CreatedAt time.Time
+	Keys      []Key
+}
+
+// Key is what the console shows of an API key: its id and prefix, never
+// more (the key itself is not stored).
+type Key struct {
+	ID, Prefix                                string
+	CreatedAt, ExpiresAt, RevokedAt, LastUsed time.Time
+}
+
+// maxKeysPerPage bounds the keys one page of merchants shows.
+const maxKeysPerPage = 1000
+
+func merchantsList(ctx context.Context, gdb *gorm.DB, after string) ([]Merchant, string, error) {
+	rows, err := db.Query(ctx, gdb, qMerchants, after, PageSize+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("merchants: %w", err)
+	}
+	var out []Merchant
+	for rows.Next() {
+		var m Merchant
+		if err := rows.Scan(&m.ID, &m.Name, &m.CreatedAt); err != nil {
+			rows.Close()
+			return nil, "", fmt.Errorf("merchants: %w", err)
+		}
+		out = append(out, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("merchants: %w", err)
+	}
+	next := ""
+	if len(out) > PageSize {
+		out, next = out[:PageSize], out[PageSize-1].ID
+	}
+	if len(out) == 0 {
+		return out, next, nil
+	}
+	ids := make([]string, len(out))
+	at := map[string]int{}
+	for i, m := range out {
+		ids[i], at[m.ID] = m.ID, i
+	}
+	krows, err := db.Query(ctx, gdb, fmt.Sprintf(qKeysOf, placeholders(len(ids))), append(anys(ids), maxKeysPerPage)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("keys: %w", err)
+	}
+	defer krows.Close()
+	for krows.Next() {
+		var (
+			k                      Key
+			merchant               string
+			expires, revoked, used sql.NullTime
+		)
+		if err := krows.Scan(&k.ID, &merchant, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used); err != nil {
+			return nil, "", fmt.Errorf("keys: %w", err)
+		}
+		k.ExpiresAt, k.RevokedAt, k.LastUsed = expires.Time, revoked.Time, used.Time
+		out[at[merchant]].Keys = append(out[at[merchant]].Keys, k)
+	}
+	return out, next, krows.Err()
+}
+
+// Settlement is one row of a day's settlements.
+type Settlement struct {
+	MerchantID, Currency                                            string
+	PaymentsCount, PaymentsAmount, RefundsCount, RefundsAmount, Net int64
+}
+
+// settlementsOf reads a day's rows after (merchant, currency).
+func settlementsOf(ctx context.Context, gdb *gorm.DB, day time.Time, afterMerchant, afterCurrency string) ([]Settlement, string, error) {
+	rows, err := db.Query(ctx, gdb, qSettlementDay, day.Format(time.DateOnly), afterMerchant, afterMerchant, afterCurrency, PageSize+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("settlements of %s: %w", day.Format(time.DateOnly), err)
+	}
+	defer rows.Close()
+	var out []Settlement
+	for rows.Next() {
+		var s Settlement
+		if err := rows.Scan(&s.MerchantID, &s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net); err != nil {
+			return nil, "", fmt.Errorf("settlements: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("settlements: %w", err)
+	}
+	next := ""
+	if len(out) > PageSize {
+		out = out[:PageSize]
+		next = out[PageSize-1].MerchantID + " " + out[PageSize-1].Currency
+	}
+	return out, next, nil
+}

@@ -1,0 +1,12 @@
+-- Sessions of the operator console (README.md, "Operator console"). The
+-- browser holds a random token; the table holds only its SHA-256, so a
+-- copy of the table opens no session. A session ends at expires_at (12 h
+-- after sign-in) or when its row is deleted by sign-out;
+-- idx_console_sessions_expires lets sign-in remove the ended ones.
+CREATE TABLE console_sessions (
+  token_hash BINARY(32)  NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (token_hash),
+  KEY idx_console_sessions_expires (expires_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
