@@ -132,6 +132,8 @@ type RelayRound struct {
 	ClaimTime, FinishTim time.Duration
 	AttemptTime          time.Duration // summed over attempts
 	BenchCPU, ServerCPU  time.Duration
+	// Conns is how many connections the relay opened to the receiver.
+	Conns int
 }
 
 // RelayCell is the relay with one setting and one endpoint count.
@@ -523,7 +525,7 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 	}
 	want := int64(nEvents * k)
 	rr.Deliveries = int(want)
-	acceptedBefore, _, err := rcv.count(ctx)
+	before, err := rcv.count(ctx)
 	if err != nil {
 		return rr, err
 	}
@@ -603,13 +605,15 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 	if inDB != want {
 		return rr, fmt.Errorf("%d deliveries delivered in the database, want %d", inDB, want)
 	}
-	accepted, refused, err := rcv.count(ctx)
+	after, err := rcv.count(ctx)
 	if err != nil {
 		return rr, err
 	}
-	if accepted-acceptedBefore < want || refused > 0 {
-		return rr, fmt.Errorf("the receiver accepted %d and refused %d, want %d accepted", accepted-acceptedBefore, refused, want)
+	if after.accepted-before.accepted < want || after.refused > 0 {
+		return rr, fmt.Errorf("the receiver accepted %d and refused %d, want %d accepted", after.accepted-before.accepted, after.refused, want)
 	}
+	// Less the one connection of each count request.
+	rr.Conns = int(after.conns - before.conns - 1)
 	rr.Rate = float64(want) / rr.Elapsed.Seconds()
 	q.mu.Lock()
 	rr.Claims, rr.Finishes, rr.ClaimTime, rr.FinishTim = q.claims, q.finishes, q.claimTime, q.finTime
@@ -720,20 +724,20 @@ func startReceiverProcess(ctx context.Context, ports int) (*receiverProcess, err
 	return p, nil
 }
 
-// count asks the receiver how many POSTs it accepted and refused.
-func (p *receiverProcess) count(ctx context.Context) (accepted, refused int64, err error) {
+// count asks the receiver what it accepted, refused and was opened.
+func (p *receiverProcess) count(ctx context.Context) (receiverCount, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.urls[0]+"/count", nil)
 	if err != nil {
-		return 0, 0, err
+		return receiverCount{}, err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("receiver count: %w", err)
+		return receiverCount{}, fmt.Errorf("receiver count: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("receiver count: %w", err)
+		return receiverCount{}, fmt.Errorf("receiver count: %w", err)
 	}
 	return receiverCounts(string(body))
 }
@@ -835,8 +839,8 @@ func printFanoutCallbacks(w io.Writer, fc FanoutCallbacks) {
 func printRelayCell(w io.Writer, c RelayCell) {
 	fmt.Fprintf(w, "\nrelay alone, %s, %d deliveries due to %s (receiver in another process, 204 at once)\n",
 		c.Setting, c.Rounds[0].Deliveries, endpointsName(c.Endpoints))
-	fmt.Fprintf(w, "  %-7s %12s %8s %8s %9s %10s %10s %6s %6s %10s %11s %12s  %s\n", "round", "deliveries/s", "claims", "finishes", "per claim",
-		"claim ms", "finish ms", "claim%", "fin%", "attempt ms", "bench CPU s", "server CPU s", "load at end")
+	fmt.Fprintf(w, "  %-7s %12s %8s %8s %9s %10s %10s %6s %6s %10s %6s %11s %12s  %s\n", "round", "deliveries/s", "claims", "finishes", "per claim",
+		"claim ms", "finish ms", "claim%", "fin%", "attempt ms", "conns", "bench CPU s", "server CPU s", "load at end")
 	for i, r := range c.Rounds {
 		mean := func(d time.Duration, n int) string {
 			if n == 0 {
@@ -844,10 +848,10 @@ func printRelayCell(w io.Writer, c RelayCell) {
 			}
 			return fmt.Sprintf("%.2f", float64(d)/float64(n)/float64(time.Millisecond))
 		}
-		fmt.Fprintf(w, "  %-7d %12.1f %8d %8d %9.1f %10s %10s %6.0f %6.0f %10s %11.2f %12.2f  %s\n", i+1, r.Rate, r.Claims, r.Finishes,
+		fmt.Fprintf(w, "  %-7d %12.1f %8d %8d %9.1f %10s %10s %6.0f %6.0f %10s %6d %11.2f %12.2f  %s\n", i+1, r.Rate, r.Claims, r.Finishes,
 			float64(r.Deliveries)/float64(max(r.Claims, 1)), mean(r.ClaimTime, r.Claims), mean(r.FinishTim, r.Finishes),
 			100*r.ClaimTime.Seconds()/r.Elapsed.Seconds(), 100*r.FinishTim.Seconds()/r.Elapsed.Seconds(),
-			mean(r.AttemptTime, r.Deliveries), r.BenchCPU.Seconds(), r.ServerCPU.Seconds(), r.Load)
+			mean(r.AttemptTime, r.Deliveries), r.Conns, r.BenchCPU.Seconds(), r.ServerCPU.Seconds(), r.Load)
 	}
 	fmt.Fprintf(w, "  median  %12.1f deliveries/s (≥ %.0f) %s   (claim, finish: mean per call; claim%%, fin%%: share of the drain each spent in them; attempt: mean per delivery)\n",
 		c.Median, c.Target, metMissed(c.Median >= c.Target))

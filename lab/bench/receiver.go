@@ -25,16 +25,18 @@ import (
 // POST 204 once it has read the body and found the Standard Webhooks
 // headers present: a check of shape only, since verifying the signature
 // would charge the receiver's work to the machine the relay is timed on.
-// GET /count answers how many POSTs it accepted and how many it refused.
+// GET /count answers how many POSTs it accepted, how many it refused and
+// how many connections it was opened (a relay that keeps its connections
+// opens few).
 // It returns when ctx is done.
 func RunReceiver(ctx context.Context, ports int, stdout io.Writer) error {
 	if ports < 1 {
 		return errors.New("at least one port")
 	}
-	var accepted, refused atomic.Int64
+	var accepted, refused, conns atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/count" {
-			fmt.Fprintf(w, "%d %d\n", accepted.Load(), refused.Load())
+			fmt.Fprintf(w, "%d %d %d\n", accepted.Load(), refused.Load(), conns.Load())
 			return
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -60,7 +62,11 @@ func RunReceiver(ctx context.Context, ports int, stdout io.Writer) error {
 			}
 			return fmt.Errorf("listen: %w", err)
 		}
-		s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
+		}}
 		srvs = append(srvs, s)
 		urls = append(urls, "http://"+ln.Addr().String())
 		go func() { errc <- s.Serve(ln) }()
@@ -82,16 +88,18 @@ func RunReceiver(ctx context.Context, ports int, stdout io.Writer) error {
 }
 
 // receiverCounts parses the answer of a receiver's GET /count.
-func receiverCounts(s string) (accepted, refused int64, err error) {
+func receiverCounts(s string) (c receiverCount, err error) {
 	f := strings.Fields(s)
-	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("receiver count %q", s)
+	if len(f) != 3 {
+		return c, fmt.Errorf("receiver count %q", s)
 	}
-	if accepted, err = strconv.ParseInt(f[0], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("receiver count %q", s)
+	for i, dst := range []*int64{&c.accepted, &c.refused, &c.conns} {
+		if *dst, err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return c, fmt.Errorf("receiver count %q", s)
+		}
 	}
-	if refused, err = strconv.ParseInt(f[1], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("receiver count %q", s)
-	}
-	return accepted, refused, nil
+	return c, nil
 }
+
+// receiverCount is a receiver's GET /count.
+type receiverCount struct{ accepted, refused, conns int64 }
