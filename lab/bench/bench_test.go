@@ -453,7 +453,7 @@ func TestSafeBatch(t *testing.T) {
 
 // checkFanout holds section (o) to its structure, and to the one thing
 // in it that is not a speed: a callback's statements are the same with 0,
-// 1 and 8 endpoints, and every delivery of a relay round was delivered
+// 1 and 8 endpoints (the fewest of each kind: see FanoutStatements), and every delivery of a relay round was delivered
 // (relayDrain fails otherwise).
 func checkFanout(t *testing.T, opts Options, f *Fanout) {
 	t.Helper()
@@ -465,9 +465,9 @@ func checkFanout(t *testing.T, opts Options, f *Fanout) {
 		t.Errorf("fanout: statements for %d endpoint counts, want %d", len(f.Statements), len(fanoutCounts))
 	}
 	for _, s := range f.Statements {
-		if s.First == 0 || s.First != f.Statements[0].First || s.Duplicate != f.Statements[0].Duplicate {
-			t.Errorf("fanout: %d endpoints: %.2f statements per first callback, %.2f per duplicate; with %d: %.2f, %.2f",
-				s.Endpoints, s.First, s.Duplicate, f.Statements[0].Endpoints, f.Statements[0].First, f.Statements[0].Duplicate)
+		if s.FirstMin == 0 || s.FirstMin != f.Statements[0].FirstMin || s.DuplicateMin != f.Statements[0].DuplicateMin {
+			t.Errorf("fanout: %d endpoints: %d statements per first callback, %d per duplicate; with %d: %d, %d",
+				s.Endpoints, s.FirstMin, s.DuplicateMin, f.Statements[0].Endpoints, f.Statements[0].FirstMin, f.Statements[0].DuplicateMin)
 		}
 	}
 	if len(f.Callbacks) != len(opts.Ns) {
