@@ -30,6 +30,9 @@ const (
 	// demoNotifySecret signs the demo merchant's notifications when
 	// PAYSVC_NOTIFY_ENDPOINTS gives it no endpoint of its own.
 	demoNotifySecret = "whsec_ZGVtby1ub3RpZnktc2VjcmV0LTAxMjM0NTY3"
+	// demoOperatorKey opens the operator console when PAYSVC_ADMIN_KEYS
+	// gives none (the compose file sets the same).
+	demoOperatorKey = "demo-operator-key-0123456789abcdef"
 )
 
 // tour is what the demo shows, against a paysvc in this process or one
@@ -56,9 +59,14 @@ type tour struct {
 	sweep    func(context.Context, []string) (closed, recovered int, err error)
 	orderTTL time.Duration
 	natsURL  string // "" skips the NATS variant
-	progress func(string, ...any)
-	out      io.Writer
-	started  time.Time
+	// console is the operator console's URL and operatorKey a key that
+	// opens it; "" when paysvc serves none.
+	console, operatorKey string
+	// consoleNote says how long the console lives after the tour.
+	consoleNote string
+	progress    func(string, ...any)
+	out         io.Writer
+	started     time.Time
 }
 
 // verdict collects what makes the tour fail.
@@ -236,9 +244,16 @@ func (t *tour) printSettlement(ctx context.Context, today time.Time) error {
 	return nil
 }
 
-// printVerdict prints the last line, the one to read.
+// printVerdict prints the operator console's address, then the last line,
+// the one to read.
 func (t *tour) printVerdict(v verdict, orders int) error {
 	took := time.Since(t.started).Round(100 * time.Millisecond)
+	if t.console != "" {
+		fmt.Fprintf(t.out, "\noperator console: %s (sign in with the operator key %s)\n", t.console, t.operatorKey)
+		if t.consoleNote != "" {
+			fmt.Fprintf(t.out, "  %s\n", t.consoleNote)
+		}
+	}
 	fmt.Fprintln(t.out)
 	if len(v.problems) > 0 {
 		fmt.Fprintf(t.out, "VERDICT: FAILED after %v: %s (details above)\n", took, strings.Join(v.problems, "; "))

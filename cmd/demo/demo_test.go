@@ -36,6 +36,9 @@ func TestDemoEndToEnd(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	if !regexp.MustCompile(`operator console: http://127\.0\.0\.1:\d+/console \(sign in with the operator key ` + demoOperatorKey + `\)`).MatchString(out) {
+		t.Errorf("demo output names no operator console:\n%s", out)
+	}
 	if !regexp.MustCompile(`anomalies\s+none`).MatchString(out) {
 		t.Errorf("demo reports anomalies:\n%s", out)
 	}

@@ -27,6 +27,9 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 		cfg.DSN = dsn
 	}
 	apiKey, secret := demoCredentials(&cfg)
+	if len(cfg.AdminKeys) == 0 {
+		cfg.AdminKeys = []string{demoOperatorKey}
+	}
 	sec, err := webhooks.ParseSecret(secret)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err)}
@@ -71,7 +74,12 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 	progress("paysvc serving on %s; mockpay starts paying", base)
 
 	t := &tour{base: base, apiKey: apiKey, merchant: demoMerchant, secret: sec, db: a.DB,
-		orderTTL: cfg.Providers.OrderTTL, natsURL: cfg.NATSURL, progress: progress, out: stdout, started: start}
+		orderTTL: cfg.Providers.OrderTTL, natsURL: cfg.NATSURL, progress: progress, out: stdout, started: start,
+		console: base + "/console", operatorKey: cfg.AdminKeys[0],
+		consoleNote: "it lives as long as the demo: run with --stay to keep paysvc and its console up after the verdict, until ctrl-C"}
+	if o.stay {
+		t.consoleNote = "paysvc and its console stay up until ctrl-C"
+	}
 	if providerAPI != nil {
 		if err := providerAPI.connect(base, sec); err != nil {
 			return &exitError{code: 2, err: err}
@@ -89,7 +97,12 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 		t.receiver = func(context.Context) (mockpay.ReceiverStats, error) { return receiver.stats(), nil }
 		t.second = receiver.printSecond
 	}
-	return t.run(ctx)
+	err = t.run(ctx)
+	if o.stay && ctx.Err() == nil {
+		progress("paysvc keeps serving on %s, its console on %s/console; ctrl-C ends it", base, base)
+		<-ctx.Done()
+	}
+	return err
 }
 
 // localDatabase finds the database to use without PAYSVC_DSN: the server

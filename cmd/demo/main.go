@@ -31,15 +31,17 @@ import (
 const usage = `demo — the tour of paysvc
 
 Usage:
-  go run ./cmd/demo [--local-db ADDR]
+  go run ./cmd/demo [--local-db ADDR] [--stay]
         start paysvc in this process, against PAYSVC_DSN; without it, against
         root on ADDR (default 127.0.0.1:3306), or, when nothing answers there,
         against a throwaway MariaDB/MySQL server of its own (mariadbd or mysqld
-        on the PATH or in /usr/sbin), removed at exit
-  go run ./cmd/demo --paysvc URL
+        on the PATH or in /usr/sbin), removed at exit; with --stay, paysvc and
+        its operator console keep serving after the verdict, until ctrl-C
+  go run ./cmd/demo --paysvc URL [--console URL]
         drive the paysvc at URL, configured by the same PAYSVC_* variables as
         that service (its DSN, keys, secrets, notification endpoint, provider
-        API, NATS): the compose file's demo container
+        API, NATS): the compose file's demo container; --console is where a
+        browser reaches its operator console (default URL/console)
 
 Configuration from PAYSVC_* variables; see README.md. Exit status: 0 every
 check held and the books are clean; 1 they did not; 2 the demo could not run.
@@ -74,6 +76,8 @@ type options struct {
 	paysvcURL string // "" starts paysvc in this process
 	localDB   string // where to look for a server without PAYSVC_DSN
 	dsnSet    bool   // PAYSVC_DSN was given
+	stay      bool   // keep the in-process paysvc serving after the tour
+	console   string // the console's URL as a browser reaches it (--paysvc)
 	// findServer locates mariadbd or mysqld (tests pretend there is none).
 	findServer serverFinder
 }
@@ -88,6 +92,8 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	o := options{findServer: find}
 	fs.StringVar(&o.paysvcURL, "paysvc", "", "")
 	fs.StringVar(&o.localDB, "local-db", defaultLocalDB, "")
+	fs.BoolVar(&o.stay, "stay", false, "")
+	fs.StringVar(&o.console, "console", "", "")
 	switch err := fs.Parse(args); {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, usage)
@@ -107,7 +113,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintf(stderr, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	if o.paysvcURL != "" {
-		return remote(ctx, cfg, o.paysvcURL, stdout, progress, start)
+		return remote(ctx, cfg, o, stdout, progress, start)
 	}
 	return local(ctx, cfg, o, stdout, stderr, progress, start)
 }

@@ -27,7 +27,8 @@ const maxRemoteOrderTTL = 2 * time.Minute
 // webhook secret, its database for the books, the provider API it calls
 // (served here, at the address PAYSVC_PROVIDER_API names), the
 // merchant's endpoint (whose counts are read), NATS.
-func remote(ctx context.Context, cfg config.Config, base string, stdout io.Writer, progress func(string, ...any), start time.Time) error {
+func remote(ctx context.Context, cfg config.Config, o options, stdout io.Writer, progress func(string, ...any), start time.Time) error {
+	base := o.paysvcURL
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return &exitError{code: 2, err: fmt.Errorf("--paysvc %q is not an http(s) URL like http://paysvc:8080", base)}
@@ -64,6 +65,13 @@ func remote(ctx context.Context, cfg config.Config, base string, stdout io.Write
 	}
 	t := &tour{base: base, apiKey: apiKey, merchant: merchant, secret: sec, db: gdb,
 		orderTTL: cfg.Providers.OrderTTL, natsURL: cfg.NATSURL, progress: progress, out: stdout, started: start}
+	if len(cfg.AdminKeys) > 0 {
+		// The same PAYSVC_ADMIN_KEYS as the service's: its console is on.
+		t.console, t.operatorKey = o.console, cfg.AdminKeys[0]
+		if t.console == "" {
+			t.console = base + "/console"
+		}
+	}
 	if api, ok := cfg.Providers.APIs[demoProvider]; ok {
 		if p := cfg.Providers; p.OrderTTL <= 0 || p.OrderTTL > maxRemoteOrderTTL || p.SweepInterval <= 0 {
 			return &exitError{code: 2, err: fmt.Errorf("PAYSVC_ORDER_TTL=%v, PAYSVC_SWEEP_INTERVAL=%v: the lost-callbacks phase waits for orders to expire "+
