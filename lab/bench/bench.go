@@ -19,6 +19,8 @@
 //	           environment key
 //	console    (n) callbacks with the operator console's pages reloaded
 //	           every second against without
+//	fanout     (o) callbacks with 0, 1 and 8 webhook endpoints per
+//	           merchant, and the relay delivering to 1 and 8 endpoints
 //
 // Cells run interleaved, raw then service, round after round, so that a
 // noisy neighbour on a shared machine hits both sides alike. Nothing here
@@ -76,6 +78,9 @@ const (
 	// SectionConsole is callbacks with and without the operator console
 	// being read (console.go, n).
 	SectionConsole = "console"
+	// SectionFanout is webhook endpoint fan-out: callbacks with 0, 1 and
+	// 8 endpoints, and the relay alone (fanout.go, o).
+	SectionFanout = "fanout"
 )
 
 var sectionAliases = map[string]string{
@@ -93,6 +98,7 @@ var sectionAliases = map[string]string{
 	"l": SectionSizes, SectionSizes: SectionSizes,
 	"m": SectionPartition, SectionPartition: SectionPartition,
 	"n": SectionConsole, SectionConsole: SectionConsole,
+	"o": SectionFanout, SectionFanout: SectionFanout,
 }
 
 // Options are the command's flags.
@@ -133,6 +139,11 @@ type Options struct {
 	// ConsoleOrders is how many orders (n) creates today before its
 	// cells, so that the overview counts a busy day's.
 	ConsoleOrders int
+	// The fanout section (o): deliveries per relay round, the relay
+	// settings timed, and where its CPU profile goes.
+	FanoutEvents  int
+	RelaySettings []RelaySetting
+	FanoutProfile string
 	// Args is the command line as given, printed at the top.
 	Args []string
 }
@@ -144,7 +155,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ns := fs.String("n", "4,16", "comma-separated numbers of concurrent workers")
-	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m), console (n)")
+	skip := fs.String("skip", "", "comma-separated sections to skip: roundtrips (t), callbacks (a,b), orders (c), storage (d), purge (e), outbox (f), nats (g), settle (h), dupstorm (i), dbwork (j), keys (k), sizes (l), partition (m), console (n), fanout (o)")
 	only := fs.String("only", "", "comma-separated sections to run, skipping all others (same names as -skip)")
 	sizes := fs.String("sizes", "0,1000000,5000000,10000000", "sizes section: idempotency records at each measured size (with half as many orders, payments, ledger entries and events)")
 	fs.IntVar(&o.SizePoolMiB, "size-pool", 256, "sizes section: innodb_buffer_pool_size in MiB while measuring")
@@ -158,6 +169,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.PartitionDays, "partition-days", 100, "partition cell: days those rows span (one partition each); the oldest is dropped, and as many records deleted in batches")
 	fs.DurationVar(&o.ConsoleInterval, "console-interval", time.Second, "console section: how often the reader reloads the overview and the timeline")
 	fs.IntVar(&o.ConsoleOrders, "console-orders", 0, "console section: unpaid orders created today before the cells (the overview counts today's orders; the callbacks pay some)")
+	fs.IntVar(&o.FanoutEvents, "fanout-events", 40_000, "fanout section: deliveries due per relay round (events × endpoints)")
+	relaySettings := fs.String("relay-settings", "0x0x0", "fanout section: relay settings timed, comma-separated BATCHxCONCURRENCYxCONNS (claim size, attempts in flight, pool; 0: as serve runs it)")
+	fs.StringVar(&o.FanoutProfile, "fanout-profile", "", "write a CPU profile of the fanout section's relay rounds to `file`")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "measured time of each cell")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured warm-up before each cell (and before purge's baseline)")
 	fs.IntVar(&o.Count, "count", 0, "if > 0, measure this many operations per cell instead of -duration")
@@ -205,6 +219,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 			"size-purge-rows": func() { o.SizePurgeRows = 500 },
 			"partition-rows":  func() { o.PartitionRows = 3000 },
 			"partition-days":  func() { o.PartitionDays = 3 },
+			"fanout-events":   func() { o.FanoutEvents = 400 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -226,6 +241,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		}
 		o.Sizes = append(o.Sizes, n)
 	}
+	settings, err := ParseRelaySettings(*relaySettings)
+	if err != nil {
+		return o, fmt.Errorf("-relay-settings: %w", err)
+	}
+	o.RelaySettings = settings
 	skipped, err := sectionList("-skip", *skip)
 	if err != nil {
 		return o, err
@@ -256,8 +276,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	case o.StorageRows < 1 || o.PurgeRows < 1 || o.PurgeBatch < 1 || o.PurgeWriters < 1 || o.SettleEntries < 1:
 		return o, errors.New("-storage-rows, -purge-rows, -purge-batch, -purge-writers and -settle-entries must be at least 1")
 	case o.SizePoolMiB < 8 || o.SizeSeedPoolMiB < 8 || o.SizeWorkers < 1 || o.SizeWarm < 0 || o.SizePurgeRows < 0 ||
-		o.PartitionRows < 1 || o.PartitionDays < 2:
-		return o, errors.New("-size-pool and -size-seed-pool must be at least 8 (MiB), -size-workers and -partition-rows at least 1, -partition-days at least 2")
+		o.PartitionRows < 1 || o.PartitionDays < 2 || o.FanoutEvents < 8:
+		return o, errors.New("-size-pool and -size-seed-pool must be at least 8 (MiB), -size-workers and -partition-rows at least 1, -partition-days at least 2, -fanout-events at least 8")
 	}
 	return o, nil
 }
@@ -272,7 +292,7 @@ func sectionList(flagName, list string) (map[string]bool, error) {
 		}
 		name, ok := sectionAliases[f]
 		if !ok {
-			return nil, fmt.Errorf("%s: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys, sizes, partition)", flagName, f)
+			return nil, fmt.Errorf("%s: unknown section %q (roundtrips, callbacks, orders, storage, purge, outbox, nats, settle, dupstorm, dbwork, keys, sizes, partition, fanout)", flagName, f)
 		}
 		out[name] = true
 	}
@@ -307,6 +327,7 @@ type Report struct {
 	Sizes      []SizePoint
 	Partition  *PartitionResult
 	Console    *Console
+	Fanout     *Fanout
 }
 
 type bench struct {
@@ -402,6 +423,14 @@ func Run(ctx context.Context, opts Options, getenv func(string) string, stdout, 
 		if err != nil {
 			return rep, fmt.Errorf("dupstorm: %w", err)
 		}
+	}
+	if !opts.Skip[SectionFanout] {
+		fmt.Fprintf(stdout, "\n== (o) webhook endpoint fan-out: payment.succeeded callbacks with 0, 1 and 8 API-managed endpoints per merchant, relay paused; the relay alone to 1 and 8 endpoints ==\n")
+		f, err := b.fanoutSection(ctx, raw, sc)
+		if err != nil {
+			return rep, fmt.Errorf("fanout: %w", err)
+		}
+		rep.Fanout = &f
 	}
 	if !opts.Skip[SectionSizes] {
 		fmt.Fprintf(stdout, "\n== (k) sizes: orders and callbacks against table size, idempotency_records clustered on the random key hash vs in arrival order ==\n")
@@ -650,6 +679,19 @@ func (b *bench) summary(rep *Report) {
 		for _, k := range c.Comparisons {
 			fmt.Fprintf(w, "  console   N=%-3d without %8.1f ops/s p99 %6sms | with %8.1f ops/s p99 %6sms | with/without %.2f (≥ %.2f %s), paired %.2f | flat out %.2f, %.1f page loads/s\n",
 				k.N, k.Without.MedianRate, ms(k.Without.P99), k.With.MedianRate, ms(k.With.P99), k.Ratio, ConsoleTarget, metMissed(k.Met), k.PairedRatio, k.FlatRatio, k.FlatLoadsPerSec)
+		}
+	}
+	if f := rep.Fanout; f != nil {
+		for _, c := range f.Callbacks {
+			fmt.Fprintf(w, "  fanout    N=%-3d callbacks %s %8.1f ops/s", c.N, endpointsName(fanoutCounts[0]), c.Cells[0].MedianRate)
+			for i, k := range fanoutCounts[1:] {
+				fmt.Fprintf(w, " | %s %8.1f (%.2f, paired %.2f, %s)", endpointsName(k), c.Cells[i+1].MedianRate, c.Ratio[i+1], c.Paired[i+1],
+					metMissed(c.Ratio[i+1] >= FanoutThroughputTarget))
+			}
+			fmt.Fprintln(w)
+		}
+		for _, c := range f.Relay {
+			fmt.Fprintf(w, "  relay     %s, %s: %.0f deliveries/s (≥ %.0f %s)\n", c.Setting, endpointsName(c.Endpoints), c.Median, c.Target, metMissed(c.Median >= c.Target))
 		}
 	}
 	fmt.Fprintf(w, "  load average at end %s\n", rep.Machine.LoadEnd)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func TestQuickRun(t *testing.T) {
 		"== (g) payment.succeeded callbacks: through NATS JetStream", "== (h) daily settlement",
 		"== (i) duplicate storm", "== (j) database work per request", "== (k) POST /v1/orders with a key", "== (n) payment.succeeded callbacks without vs with the operator console",
 		"pages alone", "== summary", "dbwork    N=", "keys      N=", "console   N=",
+		"== (i) duplicate storm", "== (j) database work per request", "== (k) POST /v1/orders with a key", "== (o) webhook endpoint fan-out", "== summary", "fanout    N=", "relay     batch", "dbwork    N=", "keys      N=",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -193,6 +195,8 @@ func TestQuickRun(t *testing.T) {
 	if !(p.BaselineP99 > 0 && p.PurgeP99 > 0 && p.P99Ratio > 0) || math.IsInf(p.P99Ratio, 0) {
 		t.Errorf("purge: p99 %v → %v, ratio %v", p.BaselineP99, p.PurgeP99, p.P99Ratio)
 	}
+
+	checkFanout(t, opts, rep.Fanout)
 
 	if o := rep.Outbox; o == nil {
 		t.Error("no outbox result")
@@ -511,6 +515,83 @@ func checkConsole(t *testing.T, opts Options, c *Console) {
 		// The counters are global: other work on the server only adds.
 		if p.Loads < 1 || !(p.P50 > 0) || !(p.StatementsPer > 0) || !(p.RowsReadPer > 0) || p.OrdersToday < 1 || p.RequestLogToday < 1 {
 			t.Errorf("console page cost %+v", p)
+		}
+	}
+}
+
+// checkFanout holds section (o) to its structure, and to the one thing
+// in it that is not a speed: a callback's statements are the same with 0,
+// 1 and 8 endpoints (the fewest of each kind: see FanoutStatements), and every delivery of a relay round was delivered
+// (relayDrain fails otherwise).
+func checkFanout(t *testing.T, opts Options, f *Fanout) {
+	t.Helper()
+	if f == nil {
+		t.Error("no fanout result")
+		return
+	}
+	if len(f.Statements) != len(fanoutCounts) {
+		t.Errorf("fanout: statements for %d endpoint counts, want %d", len(f.Statements), len(fanoutCounts))
+	}
+	for _, s := range f.Statements {
+		if s.FirstMin == 0 || s.FirstMin != f.Statements[0].FirstMin || s.DuplicateMin != f.Statements[0].DuplicateMin {
+			t.Errorf("fanout: %d endpoints: %d statements per first callback, %d per duplicate; with %d: %d, %d",
+				s.Endpoints, s.FirstMin, s.DuplicateMin, f.Statements[0].Endpoints, f.Statements[0].FirstMin, f.Statements[0].DuplicateMin)
+		}
+	}
+	if len(f.Callbacks) != len(opts.Ns) {
+		t.Errorf("fanout: callbacks for %d Ns, want %d", len(f.Callbacks), len(opts.Ns))
+	}
+	for _, c := range f.Callbacks {
+		if len(c.Cells) != len(fanoutCounts) || len(c.Ratio) != len(fanoutCounts) || len(c.Paired) != len(fanoutCounts) {
+			t.Errorf("fanout N=%d: %d cells, %d ratios, %d paired", c.N, len(c.Cells), len(c.Ratio), len(c.Paired))
+			continue
+		}
+		for i, cell := range c.Cells {
+			if cell.Ops == 0 || cell.Errs != 0 || len(cell.Rounds) != opts.Rounds || !(c.Ratio[i] > 0) {
+				t.Errorf("fanout N=%d, %d endpoints: %d ops, %d errors (first: %s), %d rounds, ratio %v",
+					c.N, fanoutCounts[i], cell.Ops, cell.Errs, cell.FirstErr, len(cell.Rounds), c.Ratio[i])
+			}
+		}
+	}
+	if want := len(opts.RelaySettings) * len(fanoutRelayEndpoints); len(f.Relay) != want {
+		t.Errorf("fanout: %d relay cells, want %d", len(f.Relay), want)
+	}
+	for _, c := range f.Relay {
+		if len(c.Rounds) != opts.Rounds || !(c.Median > 0) {
+			t.Errorf("fanout relay %s, %d endpoints: %d rounds, median %v", c.Setting, c.Endpoints, len(c.Rounds), c.Median)
+		}
+		for _, r := range c.Rounds {
+			if r.Deliveries != opts.FanoutEvents/c.Endpoints*c.Endpoints || r.Claims == 0 || r.Finishes == 0 {
+				t.Errorf("fanout relay %s, %d endpoints: round %+v", c.Setting, c.Endpoints, r)
+			}
+		}
+	}
+	if len(f.Profiles) != len(fanoutRelayEndpoints) {
+		t.Errorf("fanout: %d statement profiles, want %d", len(f.Profiles), len(fanoutRelayEndpoints))
+	}
+	for _, p := range f.Profiles {
+		if len(p.Statements) == 0 {
+			t.Errorf("fanout: statement profile with %d endpoints timed no statement", p.Endpoints)
+		}
+	}
+}
+
+func TestParseRelaySettings(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []RelaySetting
+		ok   bool
+	}{
+		{"0x0x0", []RelaySetting{{}}, true},
+		{"64x256x4, 256x512x8", []RelaySetting{{64, 256, 4}, {256, 512, 8}}, true},
+		{"", nil, false},
+		{"64x256", nil, false},
+		{"64x-1x4", nil, false},
+		{"64xax4", nil, false},
+	} {
+		got, err := ParseRelaySettings(tc.in)
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseRelaySettings(%q) = %v, %v; want %v (ok %t)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }

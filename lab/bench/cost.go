@@ -48,7 +48,10 @@ func newCostMeter(status *sql.DB, addr string) *costMeter {
 	m := &costMeter{status: status, sums: map[string]usage{}, ops: map[string]int{}}
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
-			m.serverPID = serverProcess()
+			m.serverPID = serverPIDFile(status)
+			if m.serverPID == 0 {
+				m.serverPID = serverProcess()
+			}
 		}
 	}
 	return m
@@ -112,6 +115,29 @@ func (m *costMeter) read(ctx context.Context) (usage, error) {
 		u.server = processCPU(m.serverPID)
 	}
 	return u, nil
+}
+
+// serverPIDFile is the process the server names in its pid file, if that
+// is a local mariadbd or mysqld: other servers may run on this machine
+// (section (l) starts two), and only this one's CPU belongs to the cell.
+func serverPIDFile(status *sql.DB) int {
+	var path string
+	if err := status.QueryRow(`SELECT @@pid_file`).Scan(&path); err != nil {
+		return 0
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if c := strings.TrimSpace(string(comm)); err != nil || c != "mariadbd" && c != "mysqld" {
+		return 0
+	}
+	return pid
 }
 
 // serverProcess finds a local mariadbd or mysqld; 0 if there is none (or

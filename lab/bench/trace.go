@@ -1,15 +1,18 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The round-trip check: a second paysvc instance talks to the server
@@ -33,14 +36,39 @@ type sqlTap struct {
 	conns    atomic.Int64
 	up, down atomic.Int64 // bytes client→server, server→client
 	wg       sync.WaitGroup
+	// timed, when set before the first connection, sums per kind of
+	// statement the time from its command to the first byte of its answer
+	// (a connection runs one command at a time).
+	timed  bool
+	timing map[string]*stmtTime
 }
 
-func startTap(target string) (*sqlTap, error) {
+// stmtTime is the time statements of one kind waited for their answers.
+type stmtTime struct {
+	Kind  string
+	Count int
+	Total time.Duration
+}
+
+// tapConn is a connection's command awaiting its answer.
+type tapConn struct {
+	mu    sync.Mutex
+	kind  string
+	start time.Time
+}
+
+func startTap(target string) (*sqlTap, error) { return startTapMode(target, false) }
+
+// startTimingTap is a tap that records no commands but times them
+// (sqlTap.timed).
+func startTimingTap(target string) (*sqlTap, error) { return startTapMode(target, true) }
+
+func startTapMode(target string, timed bool) (*sqlTap, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	t := &sqlTap{ln: ln, target: target}
+	t := &sqlTap{ln: ln, target: target, timed: timed, timing: map[string]*stmtTime{}}
 	t.wg.Add(1)
 	go t.accept()
 	return t, nil
@@ -66,11 +94,15 @@ func (t *sqlTap) accept() {
 			continue
 		}
 		id := int(t.conns.Add(1))
+		tc := &tapConn{}
 		go func() {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := s.Read(buf)
 				t.down.Add(int64(n))
+				if n > 0 && t.timed {
+					t.answered(tc)
+				}
 				if n > 0 {
 					if _, werr := c.Write(buf[:n]); werr != nil {
 						break
@@ -83,7 +115,7 @@ func (t *sqlTap) accept() {
 			c.Close()
 		}()
 		go func() {
-			t.forward(id, c, s)
+			t.forward(id, tc, c, s)
 			s.Close()
 		}()
 	}
@@ -91,7 +123,7 @@ func (t *sqlTap) accept() {
 
 // forward copies client packets to the server, recording each command: a
 // packet with sequence number 0 starts a command (MySQL protocol).
-func (t *sqlTap) forward(id int, c, s net.Conn) {
+func (t *sqlTap) forward(id int, tc *tapConn, c, s net.Conn) {
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(c, hdr[:]); err != nil {
@@ -107,15 +139,57 @@ func (t *sqlTap) forward(id int, c, s net.Conn) {
 			if e.cmd == 0x03 { // COM_QUERY
 				e.text = string(payload[1:])
 			}
-			t.mu.Lock()
-			t.entries = append(t.entries, e)
-			t.mu.Unlock()
+			if t.timed {
+				tc.mu.Lock()
+				tc.kind, tc.start = statementKind(describe(e)), time.Now()
+				tc.mu.Unlock()
+			} else {
+				t.mu.Lock()
+				t.entries = append(t.entries, e)
+				t.mu.Unlock()
+			}
 		}
 		t.up.Add(int64(4 + n))
 		if _, err := s.Write(append(hdr[:], payload...)); err != nil {
 			return
 		}
 	}
+}
+
+// answered adds the wait of tc's command, if one is awaiting its answer.
+func (t *sqlTap) answered(tc *tapConn) {
+	tc.mu.Lock()
+	kind, start := tc.kind, tc.start
+	tc.kind = ""
+	tc.mu.Unlock()
+	if kind == "" {
+		return
+	}
+	d := time.Since(start)
+	t.mu.Lock()
+	st := t.timing[kind]
+	if st == nil {
+		st = &stmtTime{Kind: kind}
+		t.timing[kind] = st
+	}
+	st.Count++
+	st.Total += d
+	t.mu.Unlock()
+}
+
+// takeTiming returns the statement times summed since the last call,
+// longest total first.
+func (t *sqlTap) takeTiming() []stmtTime {
+	t.mu.Lock()
+	m := t.timing
+	t.timing = map[string]*stmtTime{}
+	t.mu.Unlock()
+	out := make([]stmtTime, 0, len(m))
+	for _, st := range m {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b stmtTime) int { return cmp.Compare(b.Total, a.Total) })
+	return out
 }
 
 // take returns the commands recorded since the last take and the bytes
