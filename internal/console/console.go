@@ -40,6 +40,10 @@ const SessionTTL = 12 * time.Hour
 // PageSize is the rows of one page of every list.
 const PageSize = 50
 
+// OverviewEvery is how long the overview's figures are shown before they
+// are read again (see overviewCache).
+const OverviewEvery = 10 * time.Second
+
 // Deps is what the console needs; main wires it.
 type Deps struct {
 	DB *gorm.DB
@@ -55,6 +59,9 @@ type Deps struct {
 	// EventTTL is how long events are kept (PAYSVC_EVENT_TTL): a recover
 	// reaches back that far (its default when zero).
 	EventTTL time.Duration
+	// OverviewEvery, if set, replaces OverviewEvery (a test that changes
+	// the figures between loads sets a nanosecond).
+	OverviewEvery time.Duration
 }
 
 // Console serves the console's pages and actions.
@@ -67,6 +74,7 @@ type Console struct {
 	eventTTL  time.Duration
 	pages     *template.Template
 	mux       *http.ServeMux
+	overviews *overviewCache
 }
 
 // New builds the console.
@@ -77,7 +85,11 @@ func New(d Deps) (*Console, error) {
 	if d.DB == nil {
 		return nil, fmt.Errorf("console: no database")
 	}
-	c := &Console{db: d.DB, log: d.Log, now: d.Now, wakeRelay: d.WakeRelay, eventTTL: d.EventTTL}
+	c := &Console{db: d.DB, log: d.Log, now: d.Now, wakeRelay: d.WakeRelay, eventTTL: d.EventTTL,
+		overviews: &overviewCache{every: OverviewEvery}}
+	if d.OverviewEvery > 0 {
+		c.overviews.every = d.OverviewEvery
+	}
 	if c.now == nil {
 		c.now = time.Now
 	}
