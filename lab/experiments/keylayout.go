@@ -114,8 +114,9 @@ func RunKeyLayout(ctx context.Context, serverDSN string, cfg KeyLayoutConfig, lo
 	return res, nil
 }
 
-// waitedMargin is how close before the duplicate's answer the new key's
-// may come and still count as having waited for it.
+// waitedMargin is how much earlier than a lock wait after the duplicate
+// was sent the new key's answer may come and still count as having
+// waited for it (the clocks of client and server steps).
 const waitedMargin = 100 * time.Millisecond
 
 func keyLayoutRun(ctx context.Context, s *scratch, cfg KeyLayoutConfig, iso string) (KeyLayoutRow, error) {
@@ -165,8 +166,10 @@ func keyLayoutRun(ctx context.Context, s *scratch, cfg KeyLayoutConfig, iso stri
 		err error
 	}
 	dup, fresh := make(chan done, 1), make(chan done, 1)
+	dupSent := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(cfg.Duplicate)
+		dupSent <- time.Now()
 		err := claim(conns[1], held)
 		dup <- done{time.Now(), err}
 	}()
@@ -192,15 +195,16 @@ func keyLayoutRun(ctx context.Context, s *scratch, cfg KeyLayoutConfig, iso stri
 		fresh <- done{time.Now(), err}
 	}()
 	// The new key waited for the duplicate when it got its answer only as
-	// the duplicate gave up (its lock wait ends at about 1 s; MariaDB does
-	// not list a claim queued this way among INNODB_TRX's lock waits), so
-	// the evidence is the order of the two answers, or a claim that took
-	// half a lock wait or more: unblocked, it answers in milliseconds. The
-	// duplicate's answer is observed late on a loaded machine, so the
-	// order alone once read an 814 ms wait as no wait.
+	// the duplicate gave up (MariaDB does not list a claim queued this way
+	// among INNODB_TRX's lock waits). The server ends the duplicate's wait
+	// a lock wait after it received the claim, so no earlier than a lock
+	// wait after it was sent: a new key that waited cannot have its answer
+	// before then, however loaded the machine, and one that did not
+	// answers in milliseconds, long before. Neither the duplicate's
+	// answer, seen late on a loaded machine, nor the claim's own duration,
+	// which a stall stretches, tells it as surely.
 	f, d := <-fresh, <-dup
-	row.NewKeyBlocked = !f.at.Before(d.at.Add(-waitedMargin)) ||
-		f.at.Sub(freshStart) >= time.Duration(db.LockWaitTimeout)*time.Second/2
+	row.NewKeyBlocked = !f.at.Before((<-dupSent).Add(time.Duration(db.LockWaitTimeout)*time.Second - waitedMargin))
 	time.Sleep(max(0, cfg.Hold-time.Since(start)))
 	for _, c := range conns {
 		_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
