@@ -65,7 +65,7 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 		log.Warn("PAYSVC_SECRETS_KEY is not set: webhook endpoints cannot be created through the API, and those that exist are not delivered to")
 	}
 	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
-	n := events.NewNotifier(eps, rule, now)
+	n := events.NewNotifier(eps, rule, cfg.Concurrency, now)
 	rec := events.NewRecorder(now)
 	q := events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies, Keys: keys, DisableAfter: ecfg.DisableAfter, Now: now,
 		OnDisabled: func(e endpoints.Endpoint) {
@@ -74,10 +74,11 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 				"endpoint", e.ID, "merchant", e.MerchantID)
 		}})
 	relay := outbox.New(q, n.Deliver, outbox.Options{
-		Timeout:  cfg.Timeout,
-		Schedule: outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
-		Now:      now,
-		Log:      log,
+		Timeout:     cfg.Timeout,
+		Schedule:    outbox.Schedule{Delays: cfg.Schedule, Jitter: config.NotifyJitter},
+		Concurrency: cfg.Concurrency,
+		Now:         now,
+		Log:         log,
 		OnOutcome: func(o outbox.Outcome) {
 			result := "failed"
 			if o.Delivered {

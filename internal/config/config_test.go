@@ -23,7 +23,7 @@ var allVars = []string{
 	envDSN, envAddr, envAPIKeys, envWebhookSecrets, envWebhookTolerance,
 	envIdempotencyTTL, envCallbackTTL, envLease, envInFlight, envInFlightWait,
 	envPurgeInterval, envPurgeBatch, envAutoMigrate, envShutdownTimeout, envLogLevel, envDBMaxConns, envRequestTimeout,
-	envNotifyEndpoints, envNotifyTimeout, envNotifySchedule, envEventTTL,
+	envNotifyEndpoints, envNotifyTimeout, envNotifySchedule, envEventTTL, envNotifyConc,
 	envProviderAPI, envOrderTTL, envSweepInterval,
 }
 
@@ -63,7 +63,8 @@ func TestDefaultsAreTheContract(t *testing.T) {
 			Timeout:   15 * time.Second,
 			Schedule: []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,
 				5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
-			EventTTL: 720 * time.Hour,
+			EventTTL:    720 * time.Hour,
+			Concurrency: 256,
 		},
 		Providers: Providers{APIs: map[string]ProviderAPI{}, OrderTTL: 2 * time.Hour, SweepInterval: 30 * time.Second},
 		Endpoints: Endpoints{DisableAfter: 120 * time.Hour},
@@ -156,6 +157,8 @@ func TestLoadValid(t *testing.T) {
 		{envLogLevel, "Error", func(c *Config) { c.LogLevel = slog.LevelError }},
 		{envLogLevel, "info", func(c *Config) { c.LogLevel = slog.LevelInfo }},
 		{envDBMaxConns, "2", func(c *Config) { c.DBMaxConns = 2 }},
+		{envNotifyConc, "1", func(c *Config) { c.Notify.Concurrency = 1 }},
+		{envNotifyConc, "4096", func(c *Config) { c.Notify.Concurrency = 4096 }},
 		{envDBMaxConns, "1000", func(c *Config) { c.DBMaxConns = 1000 }},
 		{envRequestTimeout, "2500ms", func(c *Config) { c.RequestTimeout = 2500 * time.Millisecond }},
 		{envRequestTimeout, "1m", func(c *Config) { c.RequestTimeout = time.Minute }},
@@ -311,6 +314,9 @@ func TestLoadErrors(t *testing.T) {
 		{"purge batch too big", map[string]string{envPurgeBatch: "1000001"}, envPurgeBatch, "is out of range", nil},
 
 		// PAYSVC_DB_MAX_CONNS
+		{"notify concurrency zero", map[string]string{envNotifyConc: "0"}, envNotifyConc, "0 is out of range (1 to 4096)", nil},
+		{"notify concurrency too big", map[string]string{envNotifyConc: "4097"}, envNotifyConc, "is out of range", nil},
+		{"notify concurrency not a number", map[string]string{envNotifyConc: "lots"}, envNotifyConc, "is not an integer", nil},
 		{"max conns zero", map[string]string{envDBMaxConns: "0"}, envDBMaxConns, "0 is out of range (1 to 1000)", nil},
 		{"max conns not a number", map[string]string{envDBMaxConns: "many"}, envDBMaxConns, `"many" is not an integer`, nil},
 		{"max conns too big", map[string]string{envDBMaxConns: "1001"}, envDBMaxConns, "is out of range", nil},
@@ -480,7 +486,7 @@ func TestLogValueMasksSecrets(t *testing.T) {
 		"max_conns":         0.0,
 		"request_timeout":   "10s",
 		"notify": map[string]any{"endpoints": map[string]any{}, "timeout": "15s",
-			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h"},
+			"schedule": "5s,5m,30m,2h,5h,10h,10h", "event_ttl": "720h", "concurrency": 256.0},
 		"nats_url":   "",
 		"providers":  map[string]any{"apis": map[string]any{}, "order_ttl": "2h", "sweep_interval": "30s"},
 		"redis_url":  "",

@@ -12,7 +12,12 @@ const (
 	envNotifyTimeout   = "PAYSVC_NOTIFY_TIMEOUT"
 	envNotifySchedule  = "PAYSVC_NOTIFY_SCHEDULE"
 	envEventTTL        = "PAYSVC_EVENT_TTL"
+	envNotifyConc      = "PAYSVC_NOTIFY_CONCURRENCY"
 )
+
+// maxNotifyConcurrency bounds PAYSVC_NOTIFY_CONCURRENCY: each attempt in
+// flight is a goroutine and, per endpoint host, a kept connection.
+const maxNotifyConcurrency = 4096
 
 // maxNotifyRetries bounds PAYSVC_NOTIFY_SCHEDULE: events.retries is a
 // TINYINT, and 255 there means "no retries left".
@@ -35,6 +40,11 @@ type Notify struct {
 	Timeout   time.Duration       // PAYSVC_NOTIFY_TIMEOUT
 	Schedule  []time.Duration     // PAYSVC_NOTIFY_SCHEDULE: delays before retries 1..n
 	EventTTL  time.Duration       // PAYSVC_EVENT_TTL
+	// Concurrency is how many delivery attempts run at once
+	// (PAYSVC_NOTIFY_CONCURRENCY). An attempt holds its slot from its claim
+	// until its outcome is recorded, so the relay's rate is at most
+	// Concurrency divided by that span (docs/BENCHMARKS.md, section (o)).
+	Concurrency int
 }
 
 // DefaultSchedule is Svix's: after the immediate first attempt, retries
@@ -46,10 +56,11 @@ func DefaultSchedule() []time.Duration {
 
 func defaultNotify() Notify {
 	return Notify{
-		Endpoints: map[string]Endpoint{},
-		Timeout:   15 * time.Second,
-		Schedule:  DefaultSchedule(),
-		EventTTL:  720 * time.Hour,
+		Endpoints:   map[string]Endpoint{},
+		Timeout:     15 * time.Second,
+		Schedule:    DefaultSchedule(),
+		EventTTL:    720 * time.Hour,
+		Concurrency: 256,
 	}
 }
 
@@ -58,6 +69,7 @@ func (l *loader) notify(dst *Notify) {
 	l.duration(envNotifyTimeout, &dst.Timeout, "15s, 2s", false)
 	l.notifySchedule(&dst.Schedule)
 	l.duration(envEventTTL, &dst.EventTTL, "720h, 168h", false)
+	l.intRange(envNotifyConc, &dst.Concurrency, 1, maxNotifyConcurrency, "256")
 	l.eventTTLOutlivesSchedule(*dst)
 }
 
@@ -204,9 +216,10 @@ func notifyLog(n Notify) map[string]any {
 		sched[i] = shortDuration(d)
 	}
 	return map[string]any{
-		"endpoints": secrets,
-		"timeout":   shortDuration(n.Timeout),
-		"schedule":  strings.Join(sched, ","),
-		"event_ttl": shortDuration(n.EventTTL),
+		"endpoints":   secrets,
+		"timeout":     shortDuration(n.Timeout),
+		"schedule":    strings.Join(sched, ","),
+		"event_ttl":   shortDuration(n.EventTTL),
+		"concurrency": n.Concurrency,
 	}
 }

@@ -17,6 +17,7 @@ func TestNotifyConfig(t *testing.T) {
 		envNotifyTimeout:   "2s",
 		envNotifySchedule:  "1s, 2m,3h",
 		envEventTTL:        "48h",
+		envNotifyConc:      "32",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -26,9 +27,10 @@ func TestNotifyConfig(t *testing.T) {
 			"acme": {URL: url1, Secrets: []string{secretSW, secret2}},
 			"m_2":  {URL: "http://127.0.0.1:9/x", Secrets: []string{secretPad}},
 		},
-		Timeout:  2 * time.Second,
-		Schedule: []time.Duration{time.Second, 2 * time.Minute, 3 * time.Hour},
-		EventTTL: 48 * time.Hour,
+		Timeout:     2 * time.Second,
+		Schedule:    []time.Duration{time.Second, 2 * time.Minute, 3 * time.Hour},
+		EventTTL:    48 * time.Hour,
+		Concurrency: 32,
 	}
 	if !reflect.DeepEqual(got.Notify, want) {
 		t.Errorf("Notify = %#v\nwant %#v", got.Notify, want)

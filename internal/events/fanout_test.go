@@ -146,7 +146,7 @@ func (f *fanEnv) relay(t *testing.T, rule netguard.Rule, env string, o events.Qu
 	if env != "" {
 		eps = endpoint(t, env)
 	}
-	n := events.NewNotifier(eps, rule, nil)
+	n := events.NewNotifier(eps, rule, 8, nil)
 	o.Notified, o.Keys = n.Notifies, f.keys
 	r := outbox.New(events.NewQueue(pool, o), n.Deliver, outbox.Options{Timeout: 5 * time.Second, LeaseMargin: 2 * time.Second,
 		Schedule: outbox.Schedule{Delays: delays, Jitter: 0.2}, Poll: 20 * time.Millisecond})

@@ -38,13 +38,14 @@ type Notifier struct {
 
 // NewNotifier returns a Notifier for endpoints (merchant id → endpoint of
 // PAYSVC_NOTIFY_ENDPOINTS) whose API-managed endpoints are held to rule.
+// conns is the most attempts the relay runs at once (its Concurrency).
 // Each attempt's deadline comes from its context (the relay's).
-func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, now func() time.Time) *Notifier {
+func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, conns int, now func() time.Time) *Notifier {
 	if now == nil {
 		now = time.Now
 	}
 	return &Notifier{endpoints: endpoints, now: now,
-		envClient: newClient(nil), client: newClient(&rule)}
+		envClient: newClient(nil, conns), client: newClient(&rule, conns)}
 }
 
 // newClient is the client of deliveries: it never follows a redirect (a
@@ -53,11 +54,16 @@ func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, now func() t
 // only to addresses the rule allows, checked by the dialer on the address
 // it actually connects to, and through no proxy (the dialer would check
 // the proxy's address, not the endpoint's).
-func newClient(rule *netguard.Rule) *http.Client {
+//
+// It keeps up to conns idle connections in all and per host, as many as
+// attempts can be in flight: with fewer (net/http's defaults are 100 in
+// all and 2 per host), a relay at full concurrency dials again for most
+// attempts, and an attempt whose connection finds the idle pool full
+// fails with "putIdleConn: too many idle connections" after its receiver
+// has answered, so that the receiver gets the event again.
+func newClient(rule *netguard.Rule, conns int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// The relay runs up to 64 attempts at once, most to a few endpoints:
-	// keep their connections instead of dialling each time.
-	tr.MaxIdleConnsPerHost = 64
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = conns, conns
 	if rule != nil {
 		tr.Proxy = nil
 		tr.DialContext = rule.Dialer().DialContext

@@ -185,7 +185,7 @@ func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Rel
 	if o.timeout == 0 {
 		o.timeout = 5 * time.Second
 	}
-	n := events.NewNotifier(endpoint(t, url), netguard.Rule{AllowPrivate: true}, nil)
+	n := events.NewNotifier(endpoint(t, url), netguard.Rule{AllowPrivate: true}, 8, nil)
 	var q outbox.Queue = events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies})
 	if o.queue != nil {
 		q = o.queue(q)
@@ -590,7 +590,7 @@ func TestShutdownCutAttemptIsNotItsLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close(pool) })
-	n := events.NewNotifier(endpoint(t, rcv.url), netguard.Rule{AllowPrivate: true}, nil)
+	n := events.NewNotifier(endpoint(t, rcv.url), netguard.Rule{AllowPrivate: true}, 8, nil)
 	// No retries: the first attempt is the last.
 	r := outbox.New(events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies}), n.Deliver, outbox.Options{Timeout: 20 * time.Second, Poll: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,10 +19,15 @@ type Options struct {
 	LeaseMargin time.Duration
 	Schedule    Schedule
 	// Concurrency is how many attempts run at once (64 by default); the
-	// relay claims only as many jobs as it has free slots.
+	// relay claims only as many jobs as it has free slots. A slot is held
+	// from the claim until the outcome is recorded, so a relay delivers at
+	// most Concurrency jobs per such span.
 	Concurrency int
-	// Batch is the most jobs one claim takes (64 by default: a claim's
-	// index scan, not its rows, is what costs; see events.Queue.Claim).
+	// Batch is the most jobs one claim takes: half of Concurrency by
+	// default. A claim costs its round trips more than its rows, so the
+	// larger the better, but a claim that could take every free slot
+	// leaves none to claim while its batch is attempted and recorded;
+	// half keeps one batch claiming while the other is out.
 	Batch int
 	// Poll is how long the relay waits after finding nothing due (500 ms
 	// by default). Wake shortens it.
@@ -58,7 +63,7 @@ func New(q Queue, deliver Deliverer, o Options) *Relay {
 		o.Concurrency = 64
 	}
 	if o.Batch <= 0 {
-		o.Batch = 64
+		o.Batch = max(1, o.Concurrency/2)
 	}
 	if o.Poll <= 0 {
 		o.Poll = 500 * time.Millisecond

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"database/sql"
@@ -69,7 +70,8 @@ func (s RelaySetting) String() string {
 		}
 		return strconv.Itoa(v)
 	}
-	return fmt.Sprintf("batch %s, concurrency %s, pool %s", name(s.Batch, "64"), name(s.Concurrency, "64"), name(s.Conns, strconv.Itoa(relayPoolConns)))
+	return fmt.Sprintf("batch %s, concurrency %s, pool %s", name(s.Batch, "default"),
+		name(s.Concurrency, strconv.Itoa(config.Defaults().Notify.Concurrency)), name(s.Conns, strconv.Itoa(relayPoolConns)))
 }
 
 // ParseRelaySettings reads "BATCHxCONCURRENCYxCONNS,..." (0: the default).
@@ -561,7 +563,8 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 	// As internal/app wires the relay of serve, PAYSVC_NOTIFY_ENDPOINTS
 	// empty: the API-managed endpoints only.
 	cfg := config.Defaults()
-	notifier := events.NewNotifier(nil, netguard.Rule{AllowHTTP: true, AllowPrivate: true}, nil)
+	conc := cmp.Or(s.Concurrency, cfg.Notify.Concurrency)
+	notifier := events.NewNotifier(nil, netguard.Rule{AllowHTTP: true, AllowPrivate: true}, conc, nil)
 	q := &timedQueue{q: events.NewQueue(pool, events.QueueOptions{Notified: notifier.Notifies, Keys: keys,
 		DisableAfter: cfg.Endpoints.DisableAfter})}
 	var delivered, failed atomic.Int64
@@ -569,7 +572,7 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 	relay := outbox.New(q, q.deliver(notifier.Deliver), outbox.Options{
 		Timeout:     cfg.Notify.Timeout,
 		Schedule:    outbox.Schedule{Delays: cfg.Notify.Schedule, Jitter: config.NotifyJitter},
-		Concurrency: s.Concurrency, Batch: s.Batch,
+		Concurrency: conc, Batch: s.Batch,
 		OnOutcome: func(o outbox.Outcome) {
 			if o.Delivered {
 				delivered.Add(1)

@@ -277,10 +277,12 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 		return 0, err
 	}
 	defer db.Close(pool)
-	notifier := events.NewNotifier(map[string]events.Endpoint{merchantID: {URL: rcv.url, Secrets: []webhooks.Secret{sec}}}, netguard.Rule{}, nil)
+	// As serve wires it: the relay's concurrency is the notifier's connections.
+	conc := config.Defaults().Notify.Concurrency
+	notifier := events.NewNotifier(map[string]events.Endpoint{merchantID: {URL: rcv.url, Secrets: []webhooks.Secret{sec}}}, netguard.Rule{}, conc, nil)
 	var delivered atomic.Int64
 	relay := outbox.New(events.NewQueue(pool, events.QueueOptions{Notified: notifier.Notifies}), notifier.Deliver, outbox.Options{Timeout: 15 * time.Second,
-		Schedule: outbox.Schedule{Delays: config.DefaultSchedule(), Jitter: 0.2}, Poll: 5 * time.Millisecond,
+		Schedule: outbox.Schedule{Delays: config.DefaultSchedule(), Jitter: 0.2}, Poll: 5 * time.Millisecond, Concurrency: conc,
 		OnOutcome: func(o outbox.Outcome) {
 			if o.Delivered {
 				delivered.Add(1)
