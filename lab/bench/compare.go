@@ -80,16 +80,23 @@ func (b *bench) compare(ctx context.Context, section string, n int, raw, svc *si
 // (so that a change in the machine's load touches every side alike), and
 // returns one cell per side, in the order given.
 func (b *bench) compareSides(ctx context.Context, section string, n int, sides ...*side) ([]Cell, error) {
-	return b.compareSidesMetered(ctx, section, n, nil, sides...)
+	return b.compareSidesMetered(ctx, section, n, nil, sameOrder, sides...)
 }
 
 // compareSidesMetered is compareSides that also adds each measured window's
-// cost to meter, under the side's name; meter may be nil.
-func (b *bench) compareSidesMetered(ctx context.Context, section string, n int, meter *costMeter, sides ...*side) ([]Cell, error) {
+// cost to meter, under the side's name (meter may be nil), and runs each
+// round's cells in order.
+func (b *bench) compareSidesMetered(ctx context.Context, section string, n int, meter *costMeter, order cellOrder,
+	sides ...*side) ([]Cell, error) {
 	samples := make([][]sample, len(sides))
 	cells := make([]Cell, len(sides))
 	for r := 1; r <= b.opts.Rounds; r++ {
-		for i, sd := range sides {
+		for j := range sides {
+			i := j
+			if order == rotatedOrder {
+				i = (j + r - 1) % len(sides)
+			}
+			sd := sides[i]
 			var window func(open bool)
 			if meter != nil {
 				window = meter.window(ctx, sd.name)
@@ -109,6 +116,19 @@ func (b *bench) compareSidesMetered(ctx context.Context, section string, n int, 
 	}
 	return cells, nil
 }
+
+// cellOrder is the order of a round's cells.
+type cellOrder int
+
+const (
+	// sameOrder runs the sides in the order given, every round.
+	sameOrder cellOrder = iota
+	// rotatedOrder starts round r with side r-1 (mod the sides): each side
+	// runs first, second and last equally often, so that a drift within a
+	// round (tables growing with each cell, background flushing of the
+	// cell before) is not charged to whichever side comes last.
+	rotatedOrder
+)
 
 // runRound runs one round of one side's cell, appends it to cell and
 // returns its samples. window, if not nil, is called when the measured

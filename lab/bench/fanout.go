@@ -289,7 +289,7 @@ func (b *bench) fanoutCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, k
 				newOp: func(w int) opFunc { return serviceCallbackOp(svc, supply, w) }})
 		}
 		meter := newCostMeter(status, sc.cfg.Addr)
-		cells, err := b.compareSidesMetered(ctx, "fanout", n, meter, sides...)
+		cells, err := b.compareSidesMetered(ctx, "fanout", n, meter, rotatedOrder, sides...)
 		if err != nil {
 			return fmt.Errorf("callbacks by endpoints: %w", err)
 		}

@@ -179,7 +179,7 @@ func (b *bench) outboxCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, r
 	defer status.Close()
 	for _, n := range b.opts.Ns {
 		meter := newCostMeter(status, sc.cfg.Addr)
-		cells, err := b.compareSidesMetered(ctx, "outbox", n, meter, newSide("without", plain), newSide("written", written), newSide("with", withRelay))
+		cells, err := b.compareSidesMetered(ctx, "outbox", n, meter, sameOrder, newSide("without", plain), newSide("written", written), newSide("with", withRelay))
 		if err != nil {
 			return fmt.Errorf("callbacks with/without the outbox: %w", err)
 		}
