@@ -20,6 +20,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/paysvc/paysvc/internal/documents"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Types of events.
@@ -81,16 +82,7 @@ func idBefore(t time.Time) string {
 // characters of A-Z a-z 0-9 _ -): anything else names nothing and is
 // answered without a query (see orders.ValidNo for why).
 func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return validate.Identifier(s, 32)
 }
 
 // Delivery is an event's delivery status; the stored value is its index.

@@ -22,6 +22,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Refusals: errors.Is tells them apart; each error returned says which
@@ -73,12 +74,7 @@ const MaxNameLen = 255
 // CheckID says why id is not a merchant id (1-64 characters of A-Z a-z
 // 0-9 _ -), or returns nil.
 func CheckID(id string) error {
-	ok := id != "" && len(id) <= 64
-	for i := 0; ok && i < len(id); i++ {
-		b := id[i]
-		ok = b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
-	}
-	if !ok {
+	if !validate.Identifier(id, 64) {
 		return refuse(ErrInvalid, "merchant id %q: must be 1-64 characters of A-Z a-z 0-9 _ -", id)
 	}
 	return nil

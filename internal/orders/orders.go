@@ -7,6 +7,8 @@ package orders
 import (
 	"errors"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/validate"
 )
 
 // Status is an order state.
@@ -78,14 +80,5 @@ func (o Order) Refundable() int64 {
 // 1267, illegal mix of collations), which would turn a client's typo into
 // a 500.
 func ValidNo(s string) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return validate.Identifier(s, 32)
 }

@@ -96,6 +96,22 @@ func Quote(s string) string {
 	return strconv.Quote(s[:runeCut(s, MaxQuoted)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
+// Identifier reports whether s is 1 to maxLen characters of A-Z a-z 0-9
+// _ -: the alphabet of the ids and numbers paysvc makes and stores in
+// ASCII columns.
+func Identifier(s string, maxLen int) bool {
+	if len(s) == 0 || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Bound is s cut to MaxQuoted bytes, marked with "…" if cut, for where a
 // client's string is shown unquoted (a field name, a logged path).
 func Bound(s string) string {
