@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -26,23 +25,7 @@ import (
 // paysvcBin is the binary TestMain built.
 var paysvcBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paysvc-console-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "console: %v\n", err)
-		os.Exit(1)
-	}
-	bins, err := testproc.Build(dir, "./cmd/paysvc")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "console: FAIL: cannot build the paysvc binary: %v\n", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	paysvcBin = bins[0]
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m, "console", []string{"./cmd/paysvc"}, &paysvcBin) }
 
 const (
 	merchantID     = "shop"

@@ -1,8 +1,6 @@
 package faultsuite
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/paysvc/paysvc/lab/kit/testproc"
@@ -11,23 +9,7 @@ import (
 // paysvcBin is the binary TestMain built.
 var paysvcBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paysvc-faultsuite-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "faultsuite: %v\n", err)
-		os.Exit(1)
-	}
-	bins, err := testproc.Build(dir, "./cmd/paysvc")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "faultsuite: FAIL: cannot build the paysvc binary: %v\n", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	paysvcBin = bins[0]
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testproc.Main(m, "faultsuite", []string{"./cmd/paysvc"}, &paysvcBin) }
 
 // Settings every serve process gets.
 const (

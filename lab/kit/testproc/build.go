@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -80,4 +81,31 @@ func goOutput(ctx context.Context, goBin string, args ...string) (string, error)
 		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// Main is the TestMain of a suite that runs the binaries of pkgs: it
+// builds them (Build) into a temporary directory, stores their paths in
+// bins (in the order of pkgs), runs the tests and removes the directory.
+// A binary that does not build fails the suite before any test runs.
+func Main(m *testing.M, suite string, pkgs []string, bins ...*string) {
+	if len(bins) != len(pkgs) {
+		panic(fmt.Sprintf("testproc.Main: %d packages but %d places for their binaries", len(pkgs), len(bins)))
+	}
+	dir, err := os.MkdirTemp("", "paysvc-"+suite+"-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", suite, err)
+		os.Exit(1)
+	}
+	built, err := Build(dir, pkgs...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: FAIL: cannot build %s: %v\n", suite, strings.Join(pkgs, ", "), err)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	for i, b := range bins {
+		*b = built[i]
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
