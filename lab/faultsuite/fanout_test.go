@@ -3,18 +3,15 @@ package faultsuite
 import (
 	"context"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
 
-	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
@@ -94,24 +91,7 @@ func TestFanOutSIGKILLMidDelivery(t *testing.T) {
 	}
 	// Written once the three relays run, as the transaction of a change
 	// writes them: due for their fan-out.
-	ids := make([]string, n)
-	now := time.Now().UTC()
-	var (
-		sb   strings.Builder
-		args []any
-	)
-	sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
-	for i := range n {
-		if i > 0 {
-			sb.WriteString(",")
-		}
-		sb.WriteString("(?, ?, 'order.closed', ?, ?, 0, ?)")
-		ids[i] = events.NewIDAt(now)
-		args = append(args, ids[i], merchant, now, fmt.Sprintf(`{"order":{"order_no":"ord_f%d"},"reason":"cancelled"}`, i), now)
-	}
-	if _, err := db.Exec(context.Background(), d.Gorm, sb.String(), args...); err != nil {
-		t.Fatal(err)
-	}
+	ids := insertDueEvents(t, d.Gorm, n, events.DeliveryNone, "ord_f")
 	want := n * len(paths)
 	deadline := time.Now().Add(60 * time.Second)
 	for received() < want/3 {

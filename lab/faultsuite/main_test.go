@@ -1,8 +1,16 @@
 package faultsuite
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -42,4 +50,31 @@ func serveEnv(dsn string, env []string) []string {
 		"PAYSVC_AUTO_MIGRATE=false",
 		"PAYSVC_LOG_LEVEL=info",
 	}, env...)...)
+}
+
+// insertDueEvents writes n order.closed events of the suite's merchant,
+// due now, in one INSERT, as the transaction of a change writes them
+// (delivery: the events.delivery column; orders numbered prefix0,
+// prefix1, ...), and returns their ids in order.
+func insertDueEvents(t *testing.T, gdb *gorm.DB, n int, delivery events.Delivery, prefix string) []string {
+	t.Helper()
+	now := time.Now().UTC()
+	ids := make([]string, n)
+	var (
+		sb   strings.Builder
+		args []any
+	)
+	sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString("(?, ?, 'order.closed', ?, ?, ?, ?)")
+		ids[i] = events.NewIDAt(now)
+		args = append(args, ids[i], merchant, now, fmt.Sprintf(`{"order":{"order_no":"%s%d"},"reason":"cancelled"}`, prefix, i), delivery, now)
+	}
+	if _, err := db.Exec(context.Background(), gdb, sb.String(), args...); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

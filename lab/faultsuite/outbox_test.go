@@ -1,16 +1,12 @@
 package faultsuite
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
@@ -27,28 +23,10 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	)
 	d := dbtest.New(t)
-	ids := make([]string, n)
+	var ids []string
 	// The events are written once the three relays run, so that all three
 	// are delivering when one is killed.
-	insert := func() {
-		now := time.Now().UTC()
-		var (
-			sb   strings.Builder
-			args []any
-		)
-		sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
-		for i := range n {
-			if i > 0 {
-				sb.WriteString(",")
-			}
-			sb.WriteString("(?, ?, 'order.closed', ?, ?, 1, ?)")
-			ids[i] = events.NewIDAt(now)
-			args = append(args, ids[i], merchant, now, fmt.Sprintf(`{"order":{"order_no":"ord_k%d"},"reason":"cancelled"}`, i), now)
-		}
-		if _, err := db.Exec(context.Background(), d.Gorm, sb.String(), args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insert := func() { ids = insertDueEvents(t, d.Gorm, n, events.DeliveryPending, "ord_k") }
 
 	cc := newCallCounter()
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
