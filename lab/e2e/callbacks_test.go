@@ -1496,20 +1496,8 @@ func TestInterleavings(t *testing.T) {
 			s := cbNewService(t, d, app.Options{}, nil)
 			orders := s.createOrders(t, nOrders, "il", amount)
 			run := &ilRun{s: s, t: t, name: fmt.Sprintf("run %d", r+1), keys: map[string]*ilKeyState{}}
-			began := time.Now()
 			models := make([]*ilModel, nOrders)
-			sem := make(chan struct{}, inFlight)
-			var owg sync.WaitGroup
-			for i := range nOrders {
-				owg.Go(func() {
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					models[i] = run.order(orders[i], plans[i])
-				})
-			}
-			owg.Wait()
-			elapsed := time.Since(began)
-			run.checkKeys()
+			elapsed := run.each(nOrders, inFlight, func(i int) { models[i] = run.order(orders[i], plans[i]) })
 
 			statuses := map[string]int{}
 			for i, m := range models {
@@ -1546,20 +1534,9 @@ func TestInterleavings(t *testing.T) {
 		s := cbNewService(t, d, app.Options{}, nil)
 		orders := s.createOrders(t, nOrders, "il", amount)
 		run := &ilRun{s: s, t: t, name: "race run", keys: map[string]*ilKeyState{}}
-		began := time.Now()
 		outcomes := make([]ilRaceOutcome, nOrders)
-		sem := make(chan struct{}, inFlight/2) // all of an order's steps at once
-		var owg sync.WaitGroup
-		for i := range nOrders {
-			owg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				outcomes[i] = run.orderRace(orders[i], plans[i])
-			})
-		}
-		owg.Wait()
-		elapsed := time.Since(began)
-		run.checkKeys()
+		// Half the orders at once: each sends all of its steps at once.
+		elapsed := run.each(nOrders, inFlight/2, func(i int) { outcomes[i] = run.orderRace(orders[i], plans[i]) })
 		statuses := map[string]int{}
 		for i, out := range outcomes {
 			got := s.getOrder(t, orders[i].OrderNo)
@@ -1883,6 +1860,25 @@ func (r *ilRun) record(what, key string, finals []cbAnswer, stored bool, want ..
 			r.errorf("%s: answered %s, earlier %s", what, a.Body, body)
 		}
 	}
+}
+
+// each runs f for every order 0..n-1, at most inFlight at once, then
+// checks the run's keys; it returns how long the orders took.
+func (r *ilRun) each(n, inFlight int, f func(i int)) time.Duration {
+	began := time.Now()
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	r.checkKeys()
+	return elapsed
 }
 
 func (r *ilRun) checkKeys() {
