@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/client"
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -84,7 +85,7 @@ func (v *verdict) note(format string, args ...any) {
 }
 
 // run runs the tour and prints the verdict line last. The error is an
-// exitError: 1 when something was wrong, 2 when the tour could not run.
+// cli.ExitError: 1 when something was wrong, 2 when the tour could not run.
 func (t *tour) run(ctx context.Context) error {
 	var v verdict
 	// What the books owed before this run is not this run's doing.
@@ -257,7 +258,7 @@ func (t *tour) printVerdict(v verdict, orders int) error {
 	fmt.Fprintln(t.out)
 	if len(v.problems) > 0 {
 		fmt.Fprintf(t.out, "VERDICT: FAILED after %v: %s (details above)\n", took, strings.Join(v.problems, "; "))
-		return &exitError{code: 1, err: errors.New("demo: " + strings.Join(v.problems, "; "))}
+		return cli.Exit(1, errors.New("demo: "+strings.Join(v.problems, "; ")))
 	}
 	notes := ""
 	if len(v.notes) > 0 {
@@ -271,5 +272,5 @@ func (t *tour) printVerdict(v verdict, orders int) error {
 // that far.
 func (t *tour) couldNotRun(err error) error {
 	fmt.Fprintf(t.out, "\nVERDICT: the demo could not run to its end: %v\n", err)
-	return &exitError{code: 2, err: err}
+	return cli.Exit(2, err)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
@@ -103,7 +104,7 @@ func TestDemoWithoutAnyServer(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := runWith(context.Background(), []string{"--local-db", freeAddr(t)}, func(string) string { return "" }, &stdout, &stderr,
 		func() (string, bool) { return "", false })
-	if exitCode(err) != 2 {
+	if cli.Status(err) != 2 {
 		t.Fatalf("err %v, want exit 2", err)
 	}
 	msg := err.Error()
@@ -249,14 +250,4 @@ func freeAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-func exitCode(err error) int {
-	if ee, ok := err.(*exitError); ok {
-		return ee.code
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
 }

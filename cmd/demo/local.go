@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -32,26 +33,26 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 	}
 	sec, err := webhooks.ParseSecret(secret)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err))
 	}
 	// The service's own logs would drown the tour (every duplicate payment
 	// is a warning, and the tour makes them on purpose): errors only.
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	receiver, stopReceiver, err := demoReceiver(&cfg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	defer stopReceiver()
 	providerAPI, err := startDemoProviderAPI(ctx, &cfg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	if providerAPI != nil {
 		defer providerAPI.close()
 	}
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_DSN: %w", err)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_DSN: %w", err))
 	}
 	progress("opening %s (created and migrated if missing)", redactedAddr(dbcfg))
 	if err := waitForDatabase(ctx, dbcfg, progress); err != nil {
@@ -59,12 +60,12 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 	}
 	a, err := app.Open(ctx, cfg, log, app.Options{})
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	defer a.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("listen: %w", err)}
+		return cli.Exit(2, fmt.Errorf("listen: %w", err))
 	}
 	srvCtx, stopServer := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -82,7 +83,7 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 	}
 	if providerAPI != nil {
 		if err := providerAPI.connect(base, sec); err != nil {
-			return &exitError{code: 2, err: err}
+			return cli.Exit(2, err)
 		}
 		t.api = providerAPI
 		t.sweep = func(ctx context.Context, _ []string) (int, int, error) {
@@ -92,7 +93,7 @@ func local(ctx context.Context, cfg config.Config, o options, stdout, stderr io.
 	}
 	if receiver != nil {
 		if err := receiver.register(ctx, base, apiKey, progress); err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("register the demo's webhook endpoints: %w", err)}
+			return cli.Exit(2, fmt.Errorf("register the demo's webhook endpoints: %w", err))
 		}
 		t.receiver = func(context.Context) (mockpay.ReceiverStats, error) { return receiver.stats(), nil }
 		t.second = receiver.printSecond
@@ -114,12 +115,12 @@ func (o options) localDatabase(ctx context.Context, progress func(string, ...any
 	}
 	bin, ok := o.findServer()
 	if !ok {
-		return "", nil, &exitError{code: 2, err: fmt.Errorf(noServerHelp, o.localDB)}
+		return "", nil, cli.Exit(2, fmt.Errorf(noServerHelp, o.localDB))
 	}
 	progress("nothing answers on %s and PAYSVC_DSN is not set: the demo starts a database server of its own", o.localDB)
 	s, err := startThrowawayServer(ctx, bin, progress)
 	if err != nil {
-		return "", nil, &exitError{code: 2, err: err}
+		return "", nil, cli.Exit(2, err)
 	}
 	return s.dsn(), func() { s.stop(progress) }, nil
 }

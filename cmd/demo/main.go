@@ -18,12 +18,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 )
@@ -47,29 +45,7 @@ Configuration from PAYSVC_* variables; see README.md. Exit status: 0 every
 check held and the books are clean; 1 they did not; 2 the demo could not run.
 `
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		os.Exit(1)
-	}
-}
-
-// exitError carries a process exit code: 1 when the books are not clean,
-// 2 when the demo could not run.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+func main() { cli.Main("demo", run) }
 
 // options are the demo's choices that are not paysvc's configuration.
 type options struct {
@@ -99,13 +75,13 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprint(stdout, usage)
 		return nil
 	case err != nil:
-		return &exitError{code: 2, err: fmt.Errorf("%v (see go run ./cmd/demo --help)", err)}
+		return cli.Exit(2, fmt.Errorf("%v (see go run ./cmd/demo --help)", err))
 	case fs.NArg() > 0:
-		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q (see go run ./cmd/demo --help)", fs.Arg(0))}
+		return cli.Exit(2, fmt.Errorf("unexpected argument %q (see go run ./cmd/demo --help)", fs.Arg(0)))
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	o.dsnSet = strings.TrimSpace(getenv("PAYSVC_DSN")) != ""
 	start := time.Now()
@@ -129,7 +105,7 @@ func waitForDatabase(ctx context.Context, dbcfg *db.MySQLConfig, progress func(s
 		progress("database server %s not reachable yet (%v); trying again for %v more", dbcfg.Addr, err, left)
 	})
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("%w (is the server running? scripts/ensure-mariadb.sh starts one; without PAYSVC_DSN the demo starts its own)", err)}
+		return cli.Exit(2, fmt.Errorf("%w (is the server running? scripts/ensure-mariadb.sh starts one; without PAYSVC_DSN the demo starts its own)", err))
 	}
 	return nil
 }

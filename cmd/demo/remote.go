@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paysvc/paysvc/client"
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/webhooks"
@@ -31,24 +32,24 @@ func remote(ctx context.Context, cfg config.Config, o options, stdout io.Writer,
 	base := o.paysvcURL
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return &exitError{code: 2, err: fmt.Errorf("--paysvc %q is not an http(s) URL like http://paysvc:8080", base)}
+		return cli.Exit(2, fmt.Errorf("--paysvc %q is not an http(s) URL like http://paysvc:8080", base))
 	}
 	base = strings.TrimRight(base, "/")
 	merchant, apiKey, ok := pickMerchant(cfg.APIKeys)
 	if !ok {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_API_KEYS names no merchant: the demo creates orders as one")}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_API_KEYS names no merchant: the demo creates orders as one"))
 	}
 	secrets := cfg.WebhookSecrets[demoProvider]
 	if len(secrets) == 0 {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_WEBHOOK_SECRETS has no secret for provider %s: the demo signs its callbacks with it", demoProvider)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_WEBHOOK_SECRETS has no secret for provider %s: the demo signs its callbacks with it", demoProvider))
 	}
 	sec, err := webhooks.ParseSecret(secrets[0])
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_WEBHOOK_SECRETS: provider %s: %w", demoProvider, err))
 	}
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_DSN: %w", err)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_DSN: %w", err))
 	}
 	progress("paysvc at %s, its books at %s", base, redactedAddr(dbcfg))
 	if err := waitForDatabase(ctx, dbcfg, progress); err != nil {
@@ -56,12 +57,12 @@ func remote(ctx context.Context, cfg config.Config, o options, stdout io.Writer,
 	}
 	gdb, err := db.OpenPool(dbcfg, 4)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	defer db.Close(gdb)
 	// Ready means migrated: serve listens only after its migrations.
 	if err := waitForPaysvc(ctx, base, progress); err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	t := &tour{base: base, apiKey: apiKey, merchant: merchant, secret: sec, db: gdb,
 		orderTTL: cfg.Providers.OrderTTL, natsURL: cfg.NATSURL, progress: progress, out: stdout, started: start}
@@ -74,21 +75,21 @@ func remote(ctx context.Context, cfg config.Config, o options, stdout io.Writer,
 	}
 	if api, ok := cfg.Providers.APIs[demoProvider]; ok {
 		if p := cfg.Providers; p.OrderTTL <= 0 || p.OrderTTL > maxRemoteOrderTTL || p.SweepInterval <= 0 {
-			return &exitError{code: 2, err: fmt.Errorf("PAYSVC_ORDER_TTL=%v, PAYSVC_SWEEP_INTERVAL=%v: the lost-callbacks phase waits for orders to expire "+
+			return cli.Exit(2, fmt.Errorf("PAYSVC_ORDER_TTL=%v, PAYSVC_SWEEP_INTERVAL=%v: the lost-callbacks phase waits for orders to expire "+
 				"and for paysvc's sweep; give paysvc and the demo a PAYSVC_ORDER_TTL of at most %v and a sweep, as the compose file does",
-				p.OrderTTL, p.SweepInterval, maxRemoteOrderTTL)}
+				p.OrderTTL, p.SweepInterval, maxRemoteOrderTTL))
 		}
 		addr, err := listenAddr(api.URL)
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return cli.Exit(2, err)
 		}
 		d, err := serveProviderAPI(ctx, addr, api.APIKey)
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return cli.Exit(2, err)
 		}
 		defer d.close()
 		if err := d.connect(base, sec); err != nil {
-			return &exitError{code: 2, err: err}
+			return cli.Exit(2, err)
 		}
 		progress("serving mockpay's provider API on %s for paysvc (PAYSVC_PROVIDER_API)", addr)
 		t.api = d

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -65,20 +66,10 @@ anomaly; 2 usage or configuration error.
 
 const defaultURL = "http://127.0.0.1:8080"
 
-// exitError carries a process exit code: 2 for usage and configuration.
-type exitError struct {
-	code int
-	err  error
-}
+// usageError and configError are exit status 2.
+func usageError(format string, args ...any) error { return cli.Usage("mockpay", format, args...) }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-func usageError(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format+" (see mockpay --help)", args...)}
-}
-
-func configError(err error) error { return &exitError{code: 2, err: err} }
+func configError(err error) error { return cli.Exit(2, err) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
 
@@ -88,17 +88,6 @@ func runCLI(t *testing.T, getenv func(string) string, args ...string) (stdout, s
 	defer cancel()
 	err = run(ctx, args, getenv, &out, &errb)
 	return out.String(), errb.String(), err
-}
-
-func exitCode(err error) int {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
 }
 
 func TestTriggerSendsSignedEventAndPrintsAnswer(t *testing.T) {
@@ -188,8 +177,8 @@ func TestTriggerNon2xxFails(t *testing.T) {
 	})
 	out, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText),
 		"trigger", "payment.succeeded", "--order", "nope", "--amount", "5", "--url", p.URL, "--once")
-	if exitCode(err) != 1 || !strings.Contains(out, "HTTP 404") || !strings.Contains(out, "order_not_found") {
-		t.Errorf("err %v (code %d), output:\n%s", err, exitCode(err), out)
+	if cli.Status(err) != 1 || !strings.Contains(out, "HTTP 404") || !strings.Contains(out, "order_not_found") {
+		t.Errorf("err %v (code %d), output:\n%s", err, cli.Status(err), out)
 	}
 	if n := len(p.requests()); n != 1 {
 		t.Errorf("--once sent %d requests", n)
@@ -229,8 +218,8 @@ func TestTriggerSecretErrors(t *testing.T) {
 		"empty key":  "whsec_",
 	} {
 		_, stderr, err := runCLI(t, env("MOCKPAY_SECRET", value), args...)
-		if exitCode(err) != 2 || !strings.Contains(err.Error(), "MOCKPAY_SECRET") {
-			t.Errorf("%s: err %v (code %d), want a usage error naming MOCKPAY_SECRET", name, err, exitCode(err))
+		if cli.Status(err) != 2 || !strings.Contains(err.Error(), "MOCKPAY_SECRET") {
+			t.Errorf("%s: err %v (code %d), want a usage error naming MOCKPAY_SECRET", name, err, cli.Status(err))
 			continue
 		}
 		if strings.Contains(err.Error(), "TOP") || strings.Contains(stderr, "TOP") {
@@ -260,8 +249,8 @@ func TestTriggerUsageErrors(t *testing.T) {
 		"no command":          {},
 	} {
 		_, _, err := runCLI(t, e, args...)
-		if exitCode(err) != 2 {
-			t.Errorf("%s: err %v (code %d), want a usage error", name, err, exitCode(err))
+		if cli.Status(err) != 2 {
+			t.Errorf("%s: err %v (code %d), want a usage error", name, err, cli.Status(err))
 		}
 	}
 }
@@ -309,14 +298,14 @@ func TestRunOrdersFile(t *testing.T) {
 
 	bad := filepath.Join(t.TempDir(), "bad.txt")
 	_ = os.WriteFile(bad, []byte("ord_1 ten EUR\n"), 0o600)
-	if _, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText, "MOCKPAY_URL", p.URL), "run", "--orders-file", bad); exitCode(err) != 2 {
+	if _, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText, "MOCKPAY_URL", p.URL), "run", "--orders-file", bad); cli.Status(err) != 2 {
 		t.Errorf("bad orders file: err %v", err)
 	}
 }
 
 func TestRunScenarioConfigErrors(t *testing.T) {
 	_, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText), "run")
-	if exitCode(err) != 2 || !strings.Contains(err.Error(), "MOCKPAY_API_KEY") {
+	if cli.Status(err) != 2 || !strings.Contains(err.Error(), "MOCKPAY_API_KEY") {
 		t.Errorf("no API key: %v", err)
 	}
 	for name, args := range map[string][]string{
@@ -326,7 +315,7 @@ func TestRunScenarioConfigErrors(t *testing.T) {
 		"stray argument":   {"run", "now"},
 		"negative horizon": {"run", "--horizon", "-1s"},
 	} {
-		if _, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText, "MOCKPAY_API_KEY", "k"), args...); exitCode(err) != 2 {
+		if _, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText, "MOCKPAY_API_KEY", "k"), args...); cli.Status(err) != 2 {
 			t.Errorf("%s: err %v, want a usage error", name, err)
 		}
 	}

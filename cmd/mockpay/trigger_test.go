@@ -6,14 +6,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/internal/cli"
 )
 
 // TestTriggerReportsEveryProblemAtOnce: what is missing or wrong is said
 // in one answer, not one run at a time.
 func TestTriggerReportsEveryProblemAtOnce(t *testing.T) {
 	_, _, err := runCLI(t, env("MOCKPAY_URL", "localhost:8080"), "trigger", "refund.succeeded")
-	if exitCode(err) != 2 {
-		t.Fatalf("err %v (code %d), want a usage error", err, exitCode(err))
+	if cli.Status(err) != 2 {
+		t.Fatalf("err %v (code %d), want a usage error", err, cli.Status(err))
 	}
 	msg := err.Error()
 	for _, want := range []string{"5 problems", "--order ORDER_NO is required", "--refund REFUND_NO is required for refund.succeeded",
@@ -23,7 +25,7 @@ func TestTriggerReportsEveryProblemAtOnce(t *testing.T) {
 		}
 	}
 	_, _, err = runCLI(t, env(), "trigger")
-	if msg := err.Error(); exitCode(err) != 2 || !strings.Contains(msg, "no event type") || !strings.Contains(msg, "--order") || !strings.Contains(msg, "MOCKPAY_SECRET") {
+	if msg := err.Error(); cli.Status(err) != 2 || !strings.Contains(msg, "no event type") || !strings.Contains(msg, "--order") || !strings.Contains(msg, "MOCKPAY_SECRET") {
 		t.Errorf("bare trigger: %v", err)
 	}
 }
@@ -56,7 +58,7 @@ func TestTriggerLooksUpThePendingRefund(t *testing.T) {
 
 	pending = 0
 	_, _, err = runCLI(t, e, "trigger", "refund.failed", "--order", "ord_7", "--refund", "rfd_2")
-	if exitCode(err) != 2 || !strings.Contains(err.Error(), "no refund pending") {
+	if cli.Status(err) != 2 || !strings.Contains(err.Error(), "no refund pending") {
 		t.Errorf("no pending refund: %v", err)
 	}
 	if n := len(p.requests()); n != 3 {
@@ -88,7 +90,7 @@ func TestTriggerStopsOnPermanentRefusal(t *testing.T) {
 		start := time.Now()
 		out, _, err := runCLI(t, env("MOCKPAY_SECRET", secretText, "MOCKPAY_URL", p.URL),
 			"trigger", "payment.succeeded", "--order", "ord_1", "--amount", "5")
-		if exitCode(err) != 1 || !strings.Contains(out, tc.code) || !strings.Contains(err.Error(), tc.hint) {
+		if cli.Status(err) != 1 || !strings.Contains(out, tc.code) || !strings.Contains(err.Error(), tc.hint) {
 			t.Errorf("%d %s: err %v, output:\n%s", tc.status, tc.code, err, out)
 		}
 		if n := len(p.requests()); n != 1 {

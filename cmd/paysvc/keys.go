@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/merchants"
@@ -33,7 +34,7 @@ const commandDBWait = 5 * time.Second
 const defaultRollOverlap = 24 * time.Hour
 
 func refusal(format string, args ...any) error {
-	return &exitError{code: 1, err: fmt.Errorf(format, args...)}
+	return cli.Exit(1, fmt.Errorf(format, args...))
 }
 
 // errHelpShown: -h printed the usage; the command ends there, with exit 0.
@@ -231,7 +232,7 @@ func oneKeyID(fs *flag.FlagSet, cmd string, args []string, stdout io.Writer) (st
 		return "", refusal("%s: want one key id (see paysvc keys list)", cmd)
 	}
 	if err := merchants.CheckKeyID(pos[0]); err != nil {
-		return "", &exitError{code: 1, err: err}
+		return "", cli.Exit(1, err)
 	}
 	return pos[0], nil
 }
@@ -259,19 +260,19 @@ func parseExpiry(v string, def time.Duration, zeroOK bool) (time.Duration, error
 func withDB(ctx context.Context, cfg config.Config, fn func(gdb *gorm.DB) error) error {
 	dbcfg, err := dbConfig(cfg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	// What fails is said once, in the command's error line: the driver's
 	// own log lines on stderr would only repeat it.
 	dbcfg.Logger = &mysql.NopLogger{}
 	if err := reachable(ctx, dbcfg); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("database %s not reachable within %v: %w", dbcfg.Addr, commandDBWait, err)}
+		return cli.Exit(2, fmt.Errorf("database %s not reachable within %v: %w", dbcfg.Addr, commandDBWait, err))
 	}
 	// Every later read or write gives up after commandDBWait too.
 	dbcfg.Timeout, dbcfg.ReadTimeout, dbcfg.WriteTimeout = commandDBWait, commandDBWait, commandDBWait
 	gdb, err := db.OpenPool(dbcfg, 1)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("database %s: %w", dbcfg.Addr, err)}
+		return cli.Exit(2, fmt.Errorf("database %s: %w", dbcfg.Addr, err))
 	}
 	defer db.Close(gdb)
 	err = fn(gdb)
@@ -279,9 +280,9 @@ func withDB(ctx context.Context, cfg config.Config, fn func(gdb *gorm.DB) error)
 	case err == nil:
 		return nil
 	case merchants.IsRefusal(err):
-		return &exitError{code: 1, err: err}
+		return cli.Exit(1, err)
 	}
-	return &exitError{code: 2, err: err}
+	return cli.Exit(2, err)
 }
 
 // reachable pings the server within commandDBWait. It comes before

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -20,7 +21,7 @@ func paysvcCmd(t *testing.T, dsn string, args ...string) (stdout, errLine string
 	if err != nil {
 		errLine = err.Error()
 	}
-	return out.String(), errLine, rtExitCode(err)
+	return out.String(), errLine, cli.Status(err)
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	reconcilepkg "github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
@@ -38,7 +39,7 @@ func TestReconcileExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = reconcile(d.DSN)
-	if code := rtExitCode(err); code != 1 {
+	if code := cli.Status(err); code != 1 {
 		t.Fatalf("findings: exit %d (%v), want 1\n%s", code, err, out)
 	}
 	for _, want := range []string{"FINDING paid order without its payment: ord_broken", "FINDING ledger sums differ from orders: ord_broken"} {
@@ -53,7 +54,7 @@ func TestReconcileExitCodes(t *testing.T) {
 
 	// Nothing listens on port 1.
 	_, err = reconcile("root:@tcp(127.0.0.1:1)/paysvc?timeout=2s")
-	if code := rtExitCode(err); code != 2 {
+	if code := cli.Status(err); code != 2 {
 		t.Fatalf("unreachable database: exit %d (%v), want 2", code, err)
 	}
 }
@@ -186,7 +187,7 @@ func TestOperatorCommandsPrintOnlyWhatHappened(t *testing.T) {
 			}
 			var stdout, stderr bytes.Buffer
 			err := run(context.Background(), []string{tc.command}, rtEnv("PAYSVC_DSN", d.DSN), &stdout, &stderr)
-			if code := rtExitCode(err); code != 1 {
+			if code := cli.Status(err); code != 1 {
 				t.Errorf("%s: exit %d (%v), want 1", tc.command, code, err)
 			}
 			if stdout.Len() != 0 {

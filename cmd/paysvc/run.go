@@ -12,12 +12,14 @@ import (
 	"strconv"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/paysvc/paysvc/internal/app"
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/migrate"
 	"github.com/paysvc/paysvc/internal/reconcile"
-	"gorm.io/gorm"
 )
 
 const usage = `paysvc — idempotent orders and payment callbacks on MySQL/MariaDB
@@ -56,19 +58,8 @@ Usage:
 Configuration comes from PAYSVC_* environment variables; see README.md.
 `
 
-// exitError carries a process exit code: 2 for usage errors and for
-// commands that could not run.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-func usageError(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format+" (see paysvc --help)", args...)}
-}
+// usageError is exit status 2, as is a command that could not run.
+func usageError(format string, args ...any) error { return cli.Usage("paysvc", format, args...) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -82,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	switch args[0] {
@@ -159,7 +150,7 @@ func migrateCmd(cfg config.Config, stdout io.Writer, args []string) error {
 	}
 	dbcfg, err := db.Config(cfg.DSN)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("PAYSVC_DSN: %w", err)}
+		return cli.Exit(2, fmt.Errorf("PAYSVC_DSN: %w", err))
 	}
 	switch {
 	case args[0] == "up" && len(args) == 1:
@@ -216,21 +207,21 @@ func printVersion(dbcfg *db.MySQLConfig, stdout io.Writer) error {
 func reconcileCmd(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
 	gdb, err := openDB(cfg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	defer db.Close(gdb)
 	started := time.Now()
 	rep, err := reconcile.Run(ctx, gdb)
 	if err != nil {
 		_, _ = reconcile.Record(ctx, gdb, started, time.Now(), reconcile.Report{}, err)
-		return &exitError{code: 2, err: fmt.Errorf("reconcile: %w", err)}
+		return cli.Exit(2, fmt.Errorf("reconcile: %w", err))
 	}
 	if _, err := reconcile.Record(ctx, gdb, started, time.Now(), rep, nil); err != nil {
 		log.Warn("reconcile run not recorded in reconcile_runs", "err", err.Error())
 	}
 	rep.Print(stdout)
 	if !rep.Clean() {
-		return &exitError{code: 1, err: fmt.Errorf("reconcile: %d findings", len(rep.Findings))}
+		return cli.Exit(1, fmt.Errorf("reconcile: %d findings", len(rep.Findings)))
 	}
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/migrations"
@@ -66,17 +66,6 @@ func (w *rtBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
-}
-
-func rtExitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 1
 }
 
 func rtServer(t testing.TB) *sql.DB {
@@ -241,7 +230,7 @@ func TestRunUsageErrors(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
 			err := run(context.Background(), tc.args, env, &stdout, &stderr)
-			if code := rtExitCode(err); code != 2 {
+			if code := cli.Status(err); code != 2 {
 				t.Fatalf("exit code %d (err %v), want 2", code, err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, tc.mention) || strings.Contains(msg, "\n") {
@@ -293,7 +282,7 @@ func TestRunBadConfig(t *testing.T) {
 				t.Parallel()
 				var stdout, stderr bytes.Buffer
 				err := run(context.Background(), cmd, rtEnv(tc.env...), &stdout, &stderr)
-				if code := rtExitCode(err); code != 2 {
+				if code := cli.Status(err); code != 2 {
 					t.Fatalf("exit code %d (err %v), want 2", code, err)
 				}
 				msg := err.Error()

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/endpoints"
 )
@@ -33,8 +34,8 @@ func secretsCmd(ctx context.Context, cfg config.Config, args []string, stdout io
 		return err
 	})
 	if err != nil {
-		if ee, ok := err.(*exitError); ok && isSealRefusal(ee.err) {
-			return refusal("secrets rewrap: %v (%d rewrapped before)", ee.err, n)
+		if ee, ok := err.(*cli.ExitError); ok && isSealRefusal(ee.Err) {
+			return refusal("secrets rewrap: %v (%d rewrapped before)", ee.Err, n)
 		}
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
@@ -58,8 +59,8 @@ func TestSecretsRewrap(t *testing.T) {
 	// The new key alone: the old secrets do not open, exit 1.
 	var out, errOut strings.Builder
 	err := run(ctx, []string{"secrets", "rewrap"}, env("PAYSVC_SECRETS_KEY", b64(k2)), &out, &errOut)
-	if rtExitCode(err) != 1 || !strings.Contains(fmt.Sprint(err), "PAYSVC_SECRETS_KEY_OLD") {
-		t.Fatalf("without the old key: exit %d, %v", rtExitCode(err), err)
+	if cli.Status(err) != 1 || !strings.Contains(fmt.Sprint(err), "PAYSVC_SECRETS_KEY_OLD") {
+		t.Fatalf("without the old key: exit %d, %v", cli.Status(err), err)
 	}
 	for _, want := range []string{"rewrapped 3\n", "rewrapped 0\n"} {
 		out.Reset()
@@ -79,7 +80,7 @@ func TestSecretsRewrap(t *testing.T) {
 			}
 		}
 	}
-	if err := run(ctx, []string{"secrets", "rewrap"}, env(), &out, &errOut); rtExitCode(err) != 1 {
-		t.Fatalf("without PAYSVC_SECRETS_KEY: exit %d, %v", rtExitCode(err), err)
+	if err := run(ctx, []string{"secrets", "rewrap"}, env(), &out, &errOut); cli.Status(err) != 1 {
+		t.Fatalf("without PAYSVC_SECRETS_KEY: exit %d, %v", cli.Status(err), err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/settlement"
@@ -37,7 +38,7 @@ func settleCmd(ctx context.Context, cfg config.Config, args []string, stdout io.
 	}
 	gdb, err := openDB(cfg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return cli.Exit(2, err)
 	}
 	defer db.Close(gdb)
 	res, err := settlement.Run(ctx, gdb, day, settlement.Options{Merchant: *merchant, Now: time.Now,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -49,8 +50,8 @@ func TestSettleCommand(t *testing.T) {
 	}
 	for _, args := range [][]string{{}, {"--date", "30.11.2026"}, {"--date", "2026-11-30", "extra"}, {"--day", "2026-11-30"}} {
 		out, err := settle(args...)
-		if rtExitCode(err) != 2 || out != "" {
-			t.Errorf("settle %v: exit %d, out %q; want a usage error", args, rtExitCode(err), out)
+		if cli.Status(err) != 2 || out != "" {
+			t.Errorf("settle %v: exit %d, out %q; want a usage error", args, cli.Status(err), out)
 		}
 		if err != nil && !regexp.MustCompile(`^settle: `).MatchString(err.Error()) {
 			t.Errorf("settle %v: error %q", args, err)

@@ -8,24 +8,13 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/lab/bench"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("bench", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	opts, err := bench.ParseFlags(args, stderr)
