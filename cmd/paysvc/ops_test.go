@@ -11,6 +11,7 @@ import (
 	"github.com/paysvc/paysvc/internal/cli"
 	reconcilepkg "github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestReconcileExitCodes: 0 when the books are clean, 1 with each finding
@@ -141,7 +142,7 @@ func TestServeRefusesAnOlderSchema(t *testing.T) {
 			tc.prepare(t, env, d)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			var logs rtBuffer
+			var logs testproc.Output
 			began := time.Now()
 			err := run(ctx, []string{"serve"}, env, &bytes.Buffer{}, &logs)
 			if err == nil || ctx.Err() != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/paysvc/paysvc/internal/cli"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 	"github.com/paysvc/paysvc/migrations"
 )
 
@@ -48,24 +49,6 @@ func rtEnv(kv ...string) func(string) string {
 		m[kv[i]] = kv[i+1]
 	}
 	return func(k string) string { return m[k] }
-}
-
-// rtBuffer is a writer safe for the server's goroutines and the test's reads.
-type rtBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *rtBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *rtBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func rtServer(t testing.TB) *sql.DB {
@@ -400,7 +383,7 @@ func TestRunMigrate(t *testing.T) {
 // stop function that cancels the context and returns run's error.
 type rtServed struct {
 	base   string
-	logs   *rtBuffer
+	logs   *testproc.Output
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -408,8 +391,8 @@ type rtServed struct {
 func rtStartServe(t *testing.T, env func(string) string) *rtServed {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &rtServed{logs: &rtBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	var stdout rtBuffer
+	s := &rtServed{logs: &testproc.Output{}, cancel: cancel, done: make(chan error, 1)}
+	var stdout testproc.Output
 	go func() { s.done <- run(ctx, []string{"serve"}, env, &stdout, s.logs) }()
 	// Whatever happens, the server is stopped before the database is dropped
 	// (cleanups run last-registered first).
@@ -742,7 +725,7 @@ func TestRunServeWithoutAutoMigrate(t *testing.T) {
 	dsn, name := rtFreshDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var logs rtBuffer
+	var logs testproc.Output
 	err := run(ctx, []string{"serve"}, rtEnv(
 		"PAYSVC_DSN", dsn,
 		"PAYSVC_ADDR", "127.0.0.1:0",

@@ -16,7 +16,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/paysvc/paysvc/internal/console"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 const (
@@ -36,24 +36,6 @@ const (
 	webhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
 
-// syncBuffer collects the service's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is a service over its own database, answering through the handler
 // serve runs, with a clock the test can move forward.
 type env struct {
@@ -61,7 +43,7 @@ type env struct {
 	a      *app.App
 	srv    *httptest.Server
 	db     *sql.DB
-	logs   *syncBuffer
+	logs   *testproc.Output
 	offset *atomic.Int64 // added to the real time, in nanoseconds
 }
 
@@ -74,7 +56,7 @@ func newEnv(t *testing.T, adminKeys []string, tls bool) *env {
 	cfg.WebhookSecrets = map[string][]string{"mockpay": {webhookSecret}}
 	cfg.AdminKeys = adminKeys
 	cfg.LogLevel = slog.LevelDebug
-	e := &env{t: t, logs: &syncBuffer{}, offset: &atomic.Int64{}}
+	e := &env{t: t, logs: &testproc.Output{}, offset: &atomic.Int64{}}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	log.Info("config", "config", cfg)
 	a, err := app.Open(context.Background(), cfg, log, app.Options{NoRelay: true,

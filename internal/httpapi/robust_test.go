@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // ctHighBytes is n bytes, every one ≥ 0x80 (invalid UTF-8), percent-encoded
@@ -82,28 +82,10 @@ func TestContractHostileOrderNoIsStoredAndReplayed(t *testing.T) {
 	})
 }
 
-// ctLog is a goroutine-safe log sink.
-type ctLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *ctLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *ctLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // ctNewLogged is ctNew with the service's log kept, and a client that
 // sends what the spec does not describe (no OpenAPI check); tune, if not
 // nil, adjusts the configuration.
-func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *ctLog) {
+func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *testproc.Output) {
 	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
@@ -114,7 +96,7 @@ func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *ctLog) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logs := &ctLog{}
+	logs := &testproc.Output{}
 	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), app.Options{})
 	if err != nil {
 		t.Fatalf("app.Open: %v", err)
