@@ -45,22 +45,14 @@ func failedDeliveries(ctx context.Context, gdb *gorm.DB, cur DeliveryCursor) ([]
 	ep, after := cur.Endpoint, cur.AfterEvent
 	for looked := 0; ; looked++ {
 		if after != "~" {
-			rows, err := db.Query(ctx, gdb, qFailedOfEndpoint, ep, after, PageSize+1-len(out))
+			ds, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (d Delivery, err error) {
+				err = rows.Scan(&d.ID, &d.EventID, &d.EndpointID, &d.MerchantID, &d.Retries)
+				return d, err
+			}, qFailedOfEndpoint, ep, after, PageSize+1-len(out))
 			if err != nil {
 				return nil, nil, fmt.Errorf("failed deliveries of %q: %w", ep, err)
 			}
-			for rows.Next() {
-				var d Delivery
-				if err := rows.Scan(&d.ID, &d.EventID, &d.EndpointID, &d.MerchantID, &d.Retries); err != nil {
-					rows.Close()
-					return nil, nil, fmt.Errorf("failed deliveries: %w", err)
-				}
-				out = append(out, d)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, nil, fmt.Errorf("failed deliveries: %w", err)
-			}
+			out = append(out, ds...)
 		}
 		if len(out) > PageSize {
 			out = out[:PageSize]
@@ -90,27 +82,23 @@ func withEvents(ctx context.Context, gdb *gorm.DB, ds []Delivery, next *Delivery
 	for i, d := range ds {
 		ids[i] = d.EventID
 	}
-	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qEventsByID, placeholders(len(ids))), anys(ids)...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
-	}
-	defer rows.Close()
 	type ev struct {
 		typ, orderNo string
 		at           time.Time
 	}
 	evs := map[string]ev{}
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			id string
 			e  ev
 		)
 		if err := rows.Scan(&id, &e.typ, &e.orderNo, &e.at); err != nil {
-			return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
+			return err
 		}
 		evs[id] = e
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}, fmt.Sprintf(qEventsByID, placeholders(len(ids))), anys(ids)...)
+	if err != nil {
 		return nil, nil, fmt.Errorf("events of failed deliveries: %w", err)
 	}
 	for i := range ds {
@@ -128,17 +116,12 @@ const attemptsPerDeliveryPage = PageSize * 64
 // lastAttempts sets each delivery's last attempt: one range of
 // event_attempts' primary key over the page's events.
 func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []string) error {
-	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qAttemptsOf, placeholders(len(eventIDs))), append(anys(eventIDs), attemptsPerDeliveryPage)...)
-	if err != nil {
-		return fmt.Errorf("attempts of failed deliveries: %w", err)
-	}
-	defer rows.Close()
 	type pair struct{ event, endpoint string }
 	at := map[pair]int{}
 	for i, d := range ds {
 		at[pair{d.EventID, d.EndpointID}] = i
 	}
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			p       pair
 			when    time.Time
@@ -147,11 +130,11 @@ func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []s
 			ms      int64
 		)
 		if err := rows.Scan(&p.event, &p.endpoint, &when, &code, &errText, &ms); err != nil {
-			return fmt.Errorf("attempts of failed deliveries: %w", err)
+			return err
 		}
 		i, ok := at[p]
 		if !ok {
-			continue
+			return nil
 		}
 		d := "no answer"
 		if code.Valid {
@@ -161,8 +144,12 @@ func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []s
 			d += ": " + errText
 		}
 		ds[i].LastAttempt, ds[i].LastAttemptAt = d, when
+		return nil
+	}, fmt.Sprintf(qAttemptsOf, placeholders(len(eventIDs))), append(anys(eventIDs), attemptsPerDeliveryPage)...)
+	if err != nil {
+		return fmt.Errorf("attempts of failed deliveries: %w", err)
 	}
-	return rows.Err()
+	return nil
 }
 
 // EndpointRow is an endpoint with its health.
@@ -185,58 +172,38 @@ func (e EndpointRow) Health() string {
 }
 
 func endpointsList(ctx context.Context, gdb *gorm.DB, after string) ([]EndpointRow, string, error) {
-	rows, err := db.Query(ctx, gdb, qEndpoints, after, PageSize+1)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (e EndpointRow, err error) {
+		var failing sql.NullTime
+		err = rows.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Status, &e.DisabledReason, &failing, &e.CreatedAt)
+		e.FailingSince = failing.Time
+		return e, err
+	}, qEndpoints, after, PageSize+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("endpoints: %w", err)
 	}
-	var out []EndpointRow
-	for rows.Next() {
-		var (
-			e       EndpointRow
-			failing sql.NullTime
-		)
-		if err := rows.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Status, &e.DisabledReason, &failing, &e.CreatedAt); err != nil {
-			rows.Close()
-			return nil, "", fmt.Errorf("endpoints: %w", err)
-		}
-		e.FailingSince = failing.Time
-		out = append(out, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("endpoints: %w", err)
-	}
-	next := ""
-	if len(out) > PageSize {
-		out, next = out[:PageSize], out[PageSize-1].ID
-	}
+	out, next := page(out, func(e EndpointRow) string { return e.ID })
 	if len(out) == 0 {
 		return out, next, nil
 	}
-	ids := make([]string, len(out))
-	at := map[string]int{}
-	for i, e := range out {
-		ids[i], at[e.ID] = e.ID, i
-	}
-	crows, err := db.Query(ctx, gdb, fmt.Sprintf(qEndpointCounts, placeholders(len(ids))), anys(ids)...)
-	if err != nil {
-		return nil, "", fmt.Errorf("endpoint deliveries: %w", err)
-	}
-	defer crows.Close()
-	for crows.Next() {
+	ids, at := indexed(out, func(e EndpointRow) string { return e.ID })
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			id     string
 			status int
 			n      int64
 		)
-		if err := crows.Scan(&id, &status, &n); err != nil {
-			return nil, "", fmt.Errorf("endpoint deliveries: %w", err)
+		if err := rows.Scan(&id, &status, &n); err != nil {
+			return err
 		}
 		if status == 1 {
 			out[at[id]].Pending = n
 		} else {
 			out[at[id]].Failed = n
 		}
+		return nil
+	}, fmt.Sprintf(qEndpointCounts, placeholders(len(ids))), anys(ids)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("endpoint deliveries: %w", err)
 	}
-	return out, next, crows.Err()
+	return out, next, nil
 }

@@ -65,6 +65,31 @@ const (
 // keeps a pathological one from making the page unbounded.
 const timelineCap = 200
 
+// page cuts a keyset read of PageSize+1 rows to a page, with the cursor
+// of the next ("" on the last page): the last row's key.
+func page[T any](rows []T, key func(T) string) ([]T, string) {
+	if len(rows) <= PageSize {
+		return rows, ""
+	}
+	return rows[:PageSize], key(rows[PageSize-1])
+}
+
+// indexed is the keys of rows, for a query IN (...) over them, and where
+// each key stands in rows, to hang what that query reads on its row.
+func indexed[T any](rows []T, key func(T) string) (keys []string, at map[string]int) {
+	keys, at = make([]string, len(rows)), make(map[string]int, len(rows))
+	for i, r := range rows {
+		keys[i] = key(r)
+		at[keys[i]] = i
+	}
+	return keys, at
+}
+
+func scanString(rows *sql.Rows) (s string, err error) {
+	err = rows.Scan(&s)
+	return s, err
+}
+
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
 func anys(ss []string) []any {
@@ -91,26 +116,16 @@ type Order struct {
 	CreatedAt, UpdatedAt, PaidAt                           time.Time
 }
 
-func scanOrders(rows *sql.Rows, err error) ([]Order, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Order
-	for rows.Next() {
-		var (
-			o    Order
-			mno  []byte
-			paid sql.NullTime
-		)
-		if err := rows.Scan(&o.OrderNo, &o.MerchantID, &mno, &o.Status, &o.Amount, &o.Currency, &o.Refunded, &o.PendingRefund,
-			&o.CreatedAt, &o.UpdatedAt, &paid); err != nil {
-			return nil, err
-		}
-		o.MerchantOrderNo, o.PaidAt = string(mno), paid.Time
-		out = append(out, o)
-	}
-	return out, rows.Err()
+func scanOrder(rows *sql.Rows) (Order, error) {
+	var (
+		o    Order
+		mno  []byte
+		paid sql.NullTime
+	)
+	err := rows.Scan(&o.OrderNo, &o.MerchantID, &mno, &o.Status, &o.Amount, &o.Currency, &o.Refunded, &o.PendingRefund,
+		&o.CreatedAt, &o.UpdatedAt, &paid)
+	o.MerchantOrderNo, o.PaidAt = string(mno), paid.Time
+	return o, err
 }
 
 // OrderSearch is what the orders page looks for: one order by either
@@ -128,24 +143,26 @@ func searchOrders(ctx context.Context, gdb *gorm.DB, s OrderSearch) ([]Order, st
 	)
 	switch {
 	case s.OrderNo != "":
-		os, err = scanOrders(db.Query(ctx, gdb, qOrderByNo, s.OrderNo))
+		os, err = db.QueryAll(ctx, gdb, scanOrder, qOrderByNo, s.OrderNo)
 	case s.MerchantOrderNo != "" && s.Merchant != "":
-		os, err = scanOrders(db.Query(ctx, gdb, qOrderByMerchantNo, s.Merchant, []byte(s.MerchantOrderNo)))
+		os, err = db.QueryAll(ctx, gdb, scanOrder, qOrderByMerchantNo, s.Merchant, []byte(s.MerchantOrderNo))
 	case s.MerchantOrderNo != "":
 		os, err = byMerchantOrderNo(ctx, gdb, s.MerchantOrderNo)
 	case s.Merchant != "":
-		os, err = scanOrders(db.Query(ctx, gdb, qOrdersOfMerchant, s.Merchant, []byte(s.After), PageSize+1))
-		if err == nil && len(os) > PageSize {
-			return os[:PageSize], os[PageSize-1].MerchantOrderNo, nil
+		os, err = db.QueryAll(ctx, gdb, scanOrder, qOrdersOfMerchant, s.Merchant, []byte(s.After), PageSize+1)
+		if err == nil {
+			os, next := page(os, func(o Order) string { return o.MerchantOrderNo })
+			return os, next, nil
 		}
 	default:
 		after := s.After
 		if after == "" {
 			after = "ord_~" // above every ULID
 		}
-		os, err = scanOrders(db.Query(ctx, gdb, qOrdersNewest, after, PageSize+1))
-		if err == nil && len(os) > PageSize {
-			return os[:PageSize], os[PageSize-1].OrderNo, nil
+		os, err = db.QueryAll(ctx, gdb, scanOrder, qOrdersNewest, after, PageSize+1)
+		if err == nil {
+			os, next := page(os, func(o Order) string { return o.OrderNo })
+			return os, next, nil
 		}
 	}
 	if err != nil {
@@ -167,27 +184,14 @@ func byMerchantOrderNo(ctx context.Context, gdb *gorm.DB, mno string) ([]Order, 
 	var out []Order
 	after := ""
 	for {
-		rows, err := db.Query(ctx, gdb, qMerchantIDs, after, merchantBatch)
+		ids, err := db.QueryAll(ctx, gdb, scanString, qMerchantIDs, after, merchantBatch)
 		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, err
 		}
 		if len(ids) == 0 {
 			return out, nil
 		}
-		os, err := scanOrders(db.Query(ctx, gdb, fmt.Sprintf(qOrdersByMerchantNo, placeholders(len(ids))), append(anys(ids), []byte(mno))...))
+		os, err := db.QueryAll(ctx, gdb, scanOrder, fmt.Sprintf(qOrdersByMerchantNo, placeholders(len(ids))), append(anys(ids), []byte(mno))...)
 		if err != nil {
 			return nil, err
 		}
@@ -210,25 +214,24 @@ type Overview struct {
 }
 
 func ordersToday(ctx context.Context, gdb *gorm.DB, since time.Time) (map[string]int64, int64, error) {
-	rows, err := db.Query(ctx, gdb, qOrdersToday, orderNoAt(since))
-	if err != nil {
-		return nil, 0, fmt.Errorf("orders today: %w", err)
-	}
-	defer rows.Close()
 	out := map[string]int64{}
 	var total int64
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			st string
 			n  int64
 		)
 		if err := rows.Scan(&st, &n); err != nil {
-			return nil, 0, fmt.Errorf("orders today: %w", err)
+			return err
 		}
 		out[st] = n
 		total += n
+		return nil
+	}, qOrdersToday, orderNoAt(since))
+	if err != nil {
+		return nil, 0, fmt.Errorf("orders today: %w", err)
 	}
-	return out, total, rows.Err()
+	return out, total, nil
 }
 
 // flaggedArgs are the results of payments.FlaggedResults, the flagged
@@ -269,25 +272,22 @@ func (c Call) StatusName() string {
 }
 
 func readCalls(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]Call, error) {
-	rows, err := db.Query(ctx, gdb, q, args...)
+	cs, err := db.QueryAll(ctx, gdb, scanCall, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("provider calls: %w", err)
 	}
-	defer rows.Close()
-	var out []Call
-	for rows.Next() {
-		var (
-			c   Call
-			txn []byte
-		)
-		if err := rows.Scan(&c.ID, &c.Provider, &c.Kind, &c.RefundNo, &txn, &c.Amount, &c.Currency, &c.Status, &c.Retries,
-			&c.Settled, &c.LastError, &c.CreatedAt, &c.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("provider calls: %w", err)
-		}
-		c.PaymentTxnID = string(txn)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return cs, nil
+}
+
+func scanCall(rows *sql.Rows) (Call, error) {
+	var (
+		c   Call
+		txn []byte
+	)
+	err := rows.Scan(&c.ID, &c.Provider, &c.Kind, &c.RefundNo, &txn, &c.Amount, &c.Currency, &c.Status, &c.Retries,
+		&c.Settled, &c.LastError, &c.CreatedAt, &c.UpdatedAt)
+	c.PaymentTxnID = string(txn)
+	return c, err
 }
 
 // Merchant is a merchant with its keys.
@@ -308,53 +308,35 @@ type Key struct {
 const maxKeysPerPage = 1000
 
 func merchantsList(ctx context.Context, gdb *gorm.DB, after string) ([]Merchant, string, error) {
-	rows, err := db.Query(ctx, gdb, qMerchants, after, PageSize+1)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (m Merchant, err error) {
+		err = rows.Scan(&m.ID, &m.Name, &m.CreatedAt)
+		return m, err
+	}, qMerchants, after, PageSize+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("merchants: %w", err)
 	}
-	var out []Merchant
-	for rows.Next() {
-		var m Merchant
-		if err := rows.Scan(&m.ID, &m.Name, &m.CreatedAt); err != nil {
-			rows.Close()
-			return nil, "", fmt.Errorf("merchants: %w", err)
-		}
-		out = append(out, m)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("merchants: %w", err)
-	}
-	next := ""
-	if len(out) > PageSize {
-		out, next = out[:PageSize], out[PageSize-1].ID
-	}
+	out, next := page(out, func(m Merchant) string { return m.ID })
 	if len(out) == 0 {
 		return out, next, nil
 	}
-	ids := make([]string, len(out))
-	at := map[string]int{}
-	for i, m := range out {
-		ids[i], at[m.ID] = m.ID, i
-	}
-	krows, err := db.Query(ctx, gdb, fmt.Sprintf(qKeysOf, placeholders(len(ids))), append(anys(ids), maxKeysPerPage)...)
-	if err != nil {
-		return nil, "", fmt.Errorf("keys: %w", err)
-	}
-	defer krows.Close()
-	for krows.Next() {
+	ids, at := indexed(out, func(m Merchant) string { return m.ID })
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			k                      Key
 			merchant               string
 			expires, revoked, used sql.NullTime
 		)
-		if err := krows.Scan(&k.ID, &merchant, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used); err != nil {
-			return nil, "", fmt.Errorf("keys: %w", err)
+		if err := rows.Scan(&k.ID, &merchant, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used); err != nil {
+			return err
 		}
 		k.ExpiresAt, k.RevokedAt, k.LastUsed = expires.Time, revoked.Time, used.Time
 		out[at[merchant]].Keys = append(out[at[merchant]].Keys, k)
+		return nil
+	}, fmt.Sprintf(qKeysOf, placeholders(len(ids))), append(anys(ids), maxKeysPerPage)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("keys: %w", err)
 	}
-	return out, next, krows.Err()
+	return out, next, nil
 }
 
 // Settlement is one row of a day's settlements.
@@ -365,26 +347,13 @@ type Settlement struct {
 
 // settlementsOf reads a day's rows after (merchant, currency).
 func settlementsOf(ctx context.Context, gdb *gorm.DB, day time.Time, afterMerchant, afterCurrency string) ([]Settlement, string, error) {
-	rows, err := db.Query(ctx, gdb, qSettlementDay, day.Format(time.DateOnly), afterMerchant, afterMerchant, afterCurrency, PageSize+1)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (s Settlement, err error) {
+		err = rows.Scan(&s.MerchantID, &s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net)
+		return s, err
+	}, qSettlementDay, day.Format(time.DateOnly), afterMerchant, afterMerchant, afterCurrency, PageSize+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("settlements of %s: %w", day.Format(time.DateOnly), err)
 	}
-	defer rows.Close()
-	var out []Settlement
-	for rows.Next() {
-		var s Settlement
-		if err := rows.Scan(&s.MerchantID, &s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net); err != nil {
-			return nil, "", fmt.Errorf("settlements: %w", err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("settlements: %w", err)
-	}
-	next := ""
-	if len(out) > PageSize {
-		out = out[:PageSize]
-		next = out[PageSize-1].MerchantID + " " + out[PageSize-1].Currency
-	}
+	out, next := page(out, func(s Settlement) string { return s.MerchantID + " " + s.Currency })
 	return out, next, nil
 }

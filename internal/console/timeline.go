@@ -51,7 +51,7 @@ const requestsPerPage = 100
 // order_no (or by the ids found so far), and merges them by time. Only
 // the request log pages (afterRequest): the other kinds are few per order.
 func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest int64) (Timeline, error) {
-	os, err := scanOrders(db.Query(ctx, gdb, qOrderByNo, orderNo))
+	os, err := db.QueryAll(ctx, gdb, scanOrder, qOrderByNo, orderNo)
 	if err != nil {
 		return Timeline{}, fmt.Errorf("order %s: %w", orderNo, err)
 	}
@@ -99,14 +99,10 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 	}
 
 	// Payments.
-	rows, err := db.Query(ctx, gdb, qPaymentsOfOrder, orderNo, timelineCap)
-	if err != nil {
-		return Timeline{}, fmt.Errorf("payments of %s: %w", orderNo, err)
-	}
 	type pay struct{ provider, txn string }
 	var pays []pay
 	n := 0
-	for rows.Next() {
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			id                                 int64
 			provider, status, result, currency string
@@ -115,28 +111,23 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 			at                                 time.Time
 		)
 		if err := rows.Scan(&id, &provider, &txn, &status, &result, &amt, &currency, &at); err != nil {
-			rows.Close()
-			return Timeline{}, fmt.Errorf("payments of %s: %w", orderNo, err)
+			return err
 		}
 		n++
 		pays = append(pays, pay{provider, string(txn)})
 		add(Item{At: at, Kind: "payment", What: "payment " + status + ": " + result,
 			Detail: fmt.Sprintf("%s %s, %s txn %s", amount(amt), currency, provider, txn)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}, qPaymentsOfOrder, orderNo, timelineCap)
+	if err != nil {
 		return Timeline{}, fmt.Errorf("payments of %s: %w", orderNo, err)
 	}
 	capped("payment", n)
 
 	// Refunds.
-	rows, err = db.Query(ctx, gdb, qRefundsOfOrder, orderNo, timelineCap)
-	if err != nil {
-		return Timeline{}, fmt.Errorf("refunds of %s: %w", orderNo, err)
-	}
 	var refundNos []string
 	n = 0
-	for rows.Next() {
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			refundNo, status string
 			mrn              []byte
@@ -144,8 +135,7 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 			created, updated time.Time
 		)
 		if err := rows.Scan(&refundNo, &mrn, &amt, &status, &created, &updated); err != nil {
-			rows.Close()
-			return Timeline{}, fmt.Errorf("refunds of %s: %w", orderNo, err)
+			return err
 		}
 		n++
 		refundNos = append(refundNos, refundNo)
@@ -154,20 +144,16 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 		if status != "PENDING" {
 			add(Item{At: updated, Kind: "refund", What: "refund " + refundNo + " " + status})
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}, qRefundsOfOrder, orderNo, timelineCap)
+	if err != nil {
 		return Timeline{}, fmt.Errorf("refunds of %s: %w", orderNo, err)
 	}
 	capped("refund", n)
 
 	// Ledger.
-	rows, err = db.Query(ctx, gdb, qLedgerOfOrder, orderNo, timelineCap)
-	if err != nil {
-		return Timeline{}, fmt.Errorf("ledger of %s: %w", orderNo, err)
-	}
 	n = 0
-	for rows.Next() {
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			id                       int64
 			provider, kind, currency string
@@ -176,14 +162,13 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 			at                       time.Time
 		)
 		if err := rows.Scan(&id, &provider, &kind, &txn, &amt, &currency, &at); err != nil {
-			rows.Close()
-			return Timeline{}, fmt.Errorf("ledger of %s: %w", orderNo, err)
+			return err
 		}
 		n++
 		add(Item{At: at, Kind: "ledger", What: "ledger " + kind, Detail: fmt.Sprintf("%s %s, %s txn %s", amount(amt), currency, provider, txn)})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}, qLedgerOfOrder, orderNo, timelineCap)
+	if err != nil {
 		return Timeline{}, fmt.Errorf("ledger of %s: %w", orderNo, err)
 	}
 	capped("ledger", n)
@@ -273,18 +258,13 @@ func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string
 	if len(evIDs) == 0 {
 		return out, nil
 	}
-	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qDeliveriesOf, placeholders(len(evIDs))), append(anys(evIDs), timelineCap)...)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			eventID, endpoint string
 			status            int
 		)
 		if err := rows.Scan(&eventID, &endpoint, &status); err != nil {
-			return nil, fmt.Errorf("deliveries: %w", err)
+			return err
 		}
 		if endpoint == "" {
 			endpoint = "configured endpoint"
@@ -293,8 +273,12 @@ func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string
 			out[eventID] += ", "
 		}
 		out[eventID] += endpoint + ": " + events.Delivery(status).String()
+		return nil
+	}, fmt.Sprintf(qDeliveriesOf, placeholders(len(evIDs))), append(anys(evIDs), timelineCap)...)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: %w", err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // addAttempts adds the deliveries' attempts of events; a delivery with

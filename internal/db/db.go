@@ -258,3 +258,37 @@ func QueryRow(ctx context.Context, gdb *gorm.DB, query string, args ...any) *sql
 func Query(ctx context.Context, gdb *gorm.DB, query string, args ...any) (*sql.Rows, error) {
 	return gdb.Statement.ConnPool.QueryContext(ctx, query, args...)
 }
+
+// EachRow runs one hand-written query (see Exec) and calls each on every
+// row, closing the rows after the last or at each's first error: the loop,
+// the close and the check of the rows' error that every read of many rows
+// needs. The error is the query's, each's or the rows', unwrapped: the
+// caller names the read.
+func EachRow(ctx context.Context, gdb *gorm.DB, each func(*sql.Rows) error, query string, args ...any) error {
+	rows, err := Query(ctx, gdb, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// QueryAll is EachRow collecting a slice, scan making one element of each
+// row.
+func QueryAll[T any](ctx context.Context, gdb *gorm.DB, scan func(*sql.Rows) (T, error), query string, args ...any) ([]T, error) {
+	var out []T
+	err := EachRow(ctx, gdb, func(rows *sql.Rows) error {
+		v, err := scan(rows)
+		out = append(out, v)
+		return err
+	}, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

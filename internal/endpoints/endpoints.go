@@ -199,20 +199,14 @@ func Create(ctx context.Context, tx *gorm.DB, keys *Keyring, merchantID string, 
 
 // List returns a merchant's endpoints in creation order.
 func List(ctx context.Context, gdb *gorm.DB, merchantID string) ([]Endpoint, error) {
-	rows, err := db.Query(ctx, gdb, selectEndpoint+` WHERE merchant_id = ? ORDER BY id`, merchantID)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (Endpoint, error) { return scanEndpoint(rows) }, selectEndpoint+` WHERE merchant_id = ? ORDER BY id`, merchantID)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
-	defer rows.Close()
-	out := []Endpoint{}
-	for rows.Next() {
-		e, err := scanEndpoint(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list endpoints: %w", err)
-		}
-		out = append(out, e)
+	if out == nil {
+		out = []Endpoint{} // a list, empty: never JSON's null
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Get reads a merchant's endpoint; another merchant's is ErrNotFound.

@@ -69,24 +69,18 @@ func signingSecrets(ctx context.Context, gdb *gorm.DB, ids []string, now time.Ti
 		args = append(args, id)
 	}
 	args = append(args, now.UTC())
-	rows, err := db.Query(ctx, gdb, `SELECT endpoint_id, id, key_id, sealed, expires_at FROM webhook_endpoint_secrets
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (s sealedSecret, err error) {
+		var kid []byte
+		err = rows.Scan(&s.endpointID, &s.id, &kid, &s.sealed, &s.expires)
+		copy(s.keyID[:], kid)
+		return s, err
+	}, `SELECT endpoint_id, id, key_id, sealed, expires_at FROM webhook_endpoint_secrets
 	  WHERE endpoint_id IN (?`+strings.Repeat(",?", len(ids)-1)+`) AND (expires_at IS NULL OR expires_at > ?)
 	  ORDER BY endpoint_id, expires_at IS NOT NULL, id DESC`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read secrets: %w", err)
 	}
-	defer rows.Close()
-	var out []sealedSecret
-	for rows.Next() {
-		var s sealedSecret
-		var kid []byte
-		if err := rows.Scan(&s.endpointID, &s.id, &kid, &s.sealed, &s.expires); err != nil {
-			return nil, fmt.Errorf("read secrets: %w", err)
-		}
-		copy(s.keyID[:], kid)
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Secrets reveals the secrets of a merchant's endpoint that still sign:

@@ -69,20 +69,8 @@ func ForOrder(ctx context.Context, gdb *gorm.DB, orderNo, after string, limit in
 // page reads the events selectEvent+where selects, limit+1 at most, and
 // returns the first limit and whether there were more.
 func page(ctx context.Context, gdb *gorm.DB, limit int, where string, args ...any) ([]Event, bool, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx, selectEvent+where, args...)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (Event, error) { return scanEvent(rows) }, selectEvent+where, args...)
 	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, false, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
 	more := len(out) > limit

@@ -263,24 +263,13 @@ func ListKeys(ctx context.Context, gdb *gorm.DB, merchant string) ([]Key, error)
 		q += ` WHERE merchant_id = ?`
 		args = append(args, merchant)
 	}
-	rows, err := db.Query(ctx, gdb, q+` ORDER BY merchant_id, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list keys: %w", err)
-	}
-	defer rows.Close()
-	var out []Key
-	for rows.Next() {
-		var (
-			k                      Key
-			expires, revoked, used sql.NullTime
-		)
-		if err := rows.Scan(&k.ID, &k.MerchantID, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used); err != nil {
-			return nil, fmt.Errorf("list keys: %w", err)
-		}
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (k Key, err error) {
+		var expires, revoked, used sql.NullTime
+		err = rows.Scan(&k.ID, &k.MerchantID, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used)
 		k.ExpiresAt, k.RevokedAt, k.LastUsedAt = expires.Time, revoked.Time, used.Time
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
+		return k, err
+	}, q+` ORDER BY merchant_id, id`, args...)
+	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
 	return out, nil

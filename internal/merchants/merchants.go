@@ -12,6 +12,7 @@ package merchants
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -166,20 +167,11 @@ const maxEnsureAttempts = 5
 
 // ListMerchants returns every merchant, by id.
 func ListMerchants(ctx context.Context, gdb *gorm.DB) ([]Merchant, error) {
-	rows, err := db.Query(ctx, gdb, `SELECT merchant_id, name, created_at FROM merchants ORDER BY merchant_id`)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (m Merchant, err error) {
+		err = rows.Scan(&m.ID, &m.Name, &m.CreatedAt)
+		return m, err
+	}, `SELECT merchant_id, name, created_at FROM merchants ORDER BY merchant_id`)
 	if err != nil {
-		return nil, fmt.Errorf("list merchants: %w", err)
-	}
-	defer rows.Close()
-	var out []Merchant
-	for rows.Next() {
-		var m Merchant
-		if err := rows.Scan(&m.ID, &m.Name, &m.CreatedAt); err != nil {
-			return nil, fmt.Errorf("list merchants: %w", err)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list merchants: %w", err)
 	}
 	return out, nil

@@ -32,26 +32,24 @@ func keyByHash(ctx context.Context, gdb *gorm.DB, h [32]byte) (st *keyState, mer
 // keysByHash re-reads the keys of hashes; a hash missing from the answer
 // has no row.
 func keysByHash(ctx context.Context, gdb *gorm.DB, hashes [][32]byte) (map[[32]byte]*keyState, error) {
-	rows, err := db.Query(ctx, gdb, `SELECT key_hash, expires_at, revoked_at FROM api_keys WHERE key_hash IN (`+
-		placeholders(len(hashes))+`)`, hashArgs(hashes)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := make(map[[32]byte]*keyState, len(hashes))
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			raw              []byte
 			expires, revoked sql.NullTime
 		)
 		if err := rows.Scan(&raw, &expires, &revoked); err != nil {
-			return nil, err
+			return err
 		}
 		var h [32]byte
 		copy(h[:], raw)
 		out[h] = &keyState{expiresAt: expires.Time, revoked: revoked.Valid}
+		return nil
+	}, `SELECT key_hash, expires_at, revoked_at FROM api_keys WHERE key_hash IN (`+placeholders(len(hashes))+`)`, hashArgs(hashes)...)
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // markUsed sets last_used_at to minute for the keys of hashes, unless an

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -48,7 +49,13 @@ func ListFlagged(ctx context.Context, gdb *gorm.DB, beforeID int64, limit int) (
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	rows, err := db.Query(ctx, gdb, `
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (f Flagged, err error) {
+		var txnID []byte
+		err = rows.Scan(&f.ID, &f.Provider, &txnID, &f.OrderNo, &f.Result, &f.Amount, &f.Currency, &f.CreatedAt,
+			&f.RefundNo, &f.AutoRefund)
+		f.TxnID, f.CreatedAt = string(txnID), f.CreatedAt.UTC()
+		return f, err
+	}, `
 SELECT p.id, p.provider, p.txn_id, p.order_no, p.result, p.amount, p.currency, p.created_at,
        COALESCE(c.refund_no, ''),
        COALESCE(c.settled, CASE c.status WHEN 0 THEN 'PENDING' WHEN 1 THEN 'ACCEPTED' WHEN 2 THEN 'FAILED' END, '')
@@ -57,23 +64,6 @@ SELECT p.id, p.provider, p.txn_id, p.order_no, p.result, p.amount, p.currency, p
  WHERE p.result IN (?, ?, ?) AND p.status = 'SUCCEEDED' AND p.id < ?
  ORDER BY p.id DESC LIMIT ?`, FlaggedResults[0], FlaggedResults[1], FlaggedResults[2], beforeID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("flagged payments: %w", err)
-	}
-	defer rows.Close()
-	var out []Flagged
-	for rows.Next() {
-		var (
-			f     Flagged
-			txnID []byte
-		)
-		if err := rows.Scan(&f.ID, &f.Provider, &txnID, &f.OrderNo, &f.Result, &f.Amount, &f.Currency, &f.CreatedAt,
-			&f.RefundNo, &f.AutoRefund); err != nil {
-			return nil, fmt.Errorf("flagged payments: %w", err)
-		}
-		f.TxnID, f.CreatedAt = string(txnID), f.CreatedAt.UTC()
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("flagged payments: %w", err)
 	}
 	return out, nil

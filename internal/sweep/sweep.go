@@ -19,12 +19,14 @@ package sweep
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -118,20 +120,14 @@ func (s *Sweeper) page(ctx context.Context, now time.Time, after overdue, n int)
 	}
 	q += ` ORDER BY expires_at, order_no LIMIT ?`
 	args = append(args, n)
-	rows, err := s.DB.WithContext(ctx).Raw(q, args...).Rows()
+	out, err := db.QueryAll(ctx, s.DB, func(rows *sql.Rows) (o overdue, err error) {
+		err = rows.Scan(&o.orderNo, &o.expiresAt)
+		return o, err
+	}, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read overdue orders: %w", err)
 	}
-	defer rows.Close()
-	var out []overdue
-	for rows.Next() {
-		var o overdue
-		if err := rows.Scan(&o.orderNo, &o.expiresAt); err != nil {
-			return nil, fmt.Errorf("read overdue orders: %w", err)
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // one sweeps one order: "" when another actor moved it first.
