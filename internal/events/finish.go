@@ -171,24 +171,20 @@ func lockClaims(ctx context.Context, tx *gorm.DB, fs []outbox.Finished) (map[str
 	for i, f := range fs {
 		ids[i] = f.Job.ID
 	}
-	rows, err := db.Query(ctx, tx, `SELECT id, claim, redeliver FROM deliveries WHERE id IN (?`+
-		strings.Repeat(",?", len(ids)-1)+`) ORDER BY id FOR UPDATE`, ids...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	out := make(map[string]claimState, len(fs))
-	for rows.Next() {
+	err := db.EachRow(ctx, tx, func(rows *sql.Rows) error {
 		var (
 			id int64
 			st claimState
 		)
-		if err := rows.Scan(&id, &st.claim, &st.redeliver); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&id, &st.claim, &st.redeliver)
 		out[strconv.FormatInt(id, 10)] = st
+		return err
+	}, `SELECT id, claim, redeliver FROM deliveries WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+`) ORDER BY id FOR UPDATE`, ids...)
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // finishOne records a failed attempt, or any attempt during which a

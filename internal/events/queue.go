@@ -105,22 +105,15 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 		if err := q.fanOut(ctx, tx, now); err != nil {
 			return err
 		}
-		rows, err := db.Query(ctx, tx,
-			`SELECT id, event_id, endpoint_id, retries FROM deliveries FORCE INDEX (idx_deliveries_due)
-			  WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`, now, n)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		err := db.EachRow(ctx, tx, func(rows *sql.Rows) error {
 			var d Dispatch
 			var r int
-			if err := rows.Scan(&d.ID, &d.Event.ID, &d.EndpointID, &r); err != nil {
-				return err
-			}
+			err := rows.Scan(&d.ID, &d.Event.ID, &d.EndpointID, &r)
 			ds, retries = append(ds, d), append(retries, r)
-		}
-		if err := rows.Err(); err != nil {
+			return err
+		}, `SELECT id, event_id, endpoint_id, retries FROM deliveries FORCE INDEX (idx_deliveries_due)
+		  WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`, now, n)
+		if err != nil {
 			return err
 		}
 		if len(ds) == 0 {
@@ -155,22 +148,12 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 
 // fanOut writes the deliveries of up to fanOutBatch due events (see Queue).
 func (q *Queue) fanOut(ctx context.Context, tx *gorm.DB, now time.Time) error {
-	rows, err := db.Query(ctx, tx, `SELECT id, merchant_id, type FROM events FORCE INDEX (idx_events_due)
+	evs, err := db.QueryAll(ctx, tx, func(rows *sql.Rows) (e Event, err error) {
+		err = rows.Scan(&e.ID, &e.MerchantID, &e.Type)
+		return e, err
+	}, `SELECT id, merchant_id, type FROM events FORCE INDEX (idx_events_due)
 	  WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`, now, fanOutBatch)
-	if err != nil {
-		return err
-	}
-	var evs []Event
-	for rows.Next() {
-		var e Event
-		if err := rows.Scan(&e.ID, &e.MerchantID, &e.Type); err != nil {
-			rows.Close()
-			return err
-		}
-		evs = append(evs, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(evs) == 0 {
+	if err != nil || len(evs) == 0 {
 		return err
 	}
 	var merchants []string
@@ -223,24 +206,16 @@ func (q *Queue) load(ctx context.Context, ds []Dispatch, now time.Time) error {
 			epIDs = append(epIDs, d.EndpointID)
 		}
 	}
-	rows, err := db.Query(ctx, q.db, `SELECT id, merchant_id, type, created_at, data FROM events WHERE id IN (?`+
-		strings.Repeat(",?", len(evIDs)-1)+`)`, evIDs...)
-	if err != nil {
-		return err
-	}
 	byID := make(map[string]Event, len(evIDs))
-	for rows.Next() {
+	err := db.EachRow(ctx, q.db, func(rows *sql.Rows) error {
 		var e Event
 		var data []byte
-		if err := rows.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data); err != nil {
-			rows.Close()
-			return err
-		}
+		err := rows.Scan(&e.ID, &e.MerchantID, &e.Type, &e.CreatedAt, &data)
 		e.CreatedAt, e.Data = e.CreatedAt.UTC(), data
 		byID[e.ID] = e
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return err
+	}, `SELECT id, merchant_id, type, created_at, data FROM events WHERE id IN (?`+strings.Repeat(",?", len(evIDs)-1)+`)`, evIDs...)
+	if err != nil {
 		return err
 	}
 	targets, err := endpoints.Targets(ctx, q.db, q.o.Keys, epIDs, now)

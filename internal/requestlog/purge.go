@@ -73,19 +73,13 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 // oldIDs returns up to limit ids of rows written before cutoff, oldest
 // first.
 func oldIDs(ctx context.Context, gdb *gorm.DB, cutoff time.Time, limit int) ([]any, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT id FROM request_log WHERE at < ? ORDER BY at LIMIT ?`, cutoff, limit)
+	ids, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (any, error) {
+		var id int64
+		err := rows.Scan(&id)
+		return id, err
+	}, `SELECT id FROM request_log WHERE at < ? ORDER BY at LIMIT ?`, cutoff, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select old rows: %w", err)
 	}
-	defer rows.Close()
-	ids := make([]any, 0, limit)
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("select old rows: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return ids, nil
 }

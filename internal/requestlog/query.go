@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
 )
 
 // Row is one row of the log as the queries read it.
@@ -35,40 +37,28 @@ func ForOrder(ctx context.Context, gdb *gorm.DB, orderNo string, afterID int64, 
 		return nil, fmt.Errorf("request log of an order: no order_no")
 	}
 	limit = min(max(limit, 1), MaxLimit)
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
+	out, err := db.QueryAll(ctx, gdb, scanRow,
 		`SELECT id, at, kind, merchant_id, provider, order_no, idem_key, outcome, status, result, fingerprint
 		   FROM request_log FORCE INDEX (idx_request_log_order)
 		  WHERE order_no = ? AND id > ? ORDER BY id LIMIT ?`, []byte(orderNo), afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("request log of order %q: %w", orderNo, err)
 	}
-	out, err := scanRows(rows)
-	if err != nil {
-		return nil, fmt.Errorf("request log of order %q: %w", orderNo, err)
-	}
 	return out, nil
 }
 
-func scanRows(rows *sql.Rows) ([]Row, error) {
-	defer rows.Close()
-	var out []Row
-	for rows.Next() {
-		var (
-			r             Row
-			kind, outcome string
-			orderNo, key  []byte
-			fp            []byte
-		)
-		if err := rows.Scan(&r.ID, &r.At, &kind, &r.MerchantID, &r.Provider, &orderNo, &key, &outcome, &r.Status,
-			&r.Result, &fp); err != nil {
-			return nil, err
-		}
-		r.Kind, r.Outcome, r.OrderNo, r.Key = Kind(kind), Outcome(outcome), string(orderNo), string(key)
-		r.At = r.At.UTC()
-		copy(r.Fingerprint[:], fp)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+func scanRow(rows *sql.Rows) (Row, error) {
+	var (
+		r             Row
+		kind, outcome string
+		orderNo, key  []byte
+		fp            []byte
+	)
+	err := rows.Scan(&r.ID, &r.At, &kind, &r.MerchantID, &r.Provider, &orderNo, &key, &outcome, &r.Status, &r.Result, &fp)
+	r.Kind, r.Outcome, r.OrderNo, r.Key = Kind(kind), Outcome(outcome), string(orderNo), string(key)
+	r.At = r.At.UTC()
+	copy(r.Fingerprint[:], fp)
+	return r, err
 }
 
 // Count is the rows of one (kind, outcome, result).
@@ -108,24 +98,17 @@ func (c Summary) ReplayRate() float64 {
 // is read.
 func Counts(ctx context.Context, gdb *gorm.DB, since time.Time) (Summary, error) {
 	since = since.UTC()
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT kind, outcome, result, COUNT(*) FROM request_log FORCE INDEX (idx_request_log_at)
-		  WHERE at >= ? GROUP BY kind, outcome, result`, since)
-	if err != nil {
-		return Summary{}, fmt.Errorf("request log counts since %s: %w", since.Format(time.RFC3339), err)
-	}
-	defer rows.Close()
 	c := Summary{Since: since, ByOutcome: make(map[Outcome]int64, len(Outcomes)), CallbacksByResult: map[string]int64{}}
 	for _, o := range Outcomes {
 		c.ByOutcome[o] = 0
 	}
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			n             Count
 			kind, outcome string
 		)
 		if err := rows.Scan(&kind, &outcome, &n.Result, &n.N); err != nil {
-			return Summary{}, fmt.Errorf("request log counts: %w", err)
+			return err
 		}
 		n.Kind, n.Outcome = Kind(kind), Outcome(outcome)
 		c.Rows = append(c.Rows, n)
@@ -134,9 +117,11 @@ func Counts(ctx context.Context, gdb *gorm.DB, since time.Time) (Summary, error)
 		if n.Kind.IsCallback() {
 			c.CallbacksByResult[n.Result] += n.N
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return Summary{}, fmt.Errorf("request log counts: %w", err)
+		return nil
+	}, `SELECT kind, outcome, result, COUNT(*) FROM request_log FORCE INDEX (idx_request_log_at)
+	  WHERE at >= ? GROUP BY kind, outcome, result`, since)
+	if err != nil {
+		return Summary{}, fmt.Errorf("request log counts since %s: %w", since.Format(time.RFC3339), err)
 	}
 	return c, nil
 }

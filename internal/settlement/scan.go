@@ -81,12 +81,7 @@ func sumChunk(ctx context.Context, gdb *gorm.DB, from time.Time, merchant string
 		q += ` AND o.merchant_id = ?`
 		args = append(args, merchant)
 	}
-	rows, err := gdb.WithContext(ctx).Raw(q+` GROUP BY o.merchant_id, l.currency`, args...).Rows()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var k key
 		var pc, pa, rc, ra int64
 		if err := rows.Scan(&k.merchant, &k.currency, &pc, &pa, &rc, &ra); err != nil {
@@ -101,6 +96,6 @@ func sumChunk(ctx context.Context, gdb *gorm.DB, from time.Time, merchant string
 		s.PaymentsAmount += pa
 		s.RefundsCount += rc
 		s.RefundsAmount += ra
-	}
-	return rows.Err()
+		return nil
+	}, q+` GROUP BY o.merchant_id, l.currency`, args...)
 }

@@ -17,6 +17,7 @@ package settlement
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -200,21 +201,18 @@ func settledMerchants(ctx context.Context, gdb *gorm.DB, date, merchant string) 
 	if merchant != "" {
 		q, args = q+` AND merchant_id = ?`, append(args, merchant)
 	}
-	rows, err := gdb.WithContext(ctx).Raw(q+` GROUP BY merchant_id`, args...).Rows()
+	out := map[string]int{}
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
+		var m string
+		var n int
+		err := rows.Scan(&m, &n)
+		out[m] = n
+		return err
+	}, q+` GROUP BY merchant_id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("settlement: read the checkpoint of %s: %w", date, err)
 	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var m string
-		var n int
-		if err := rows.Scan(&m, &n); err != nil {
-			return nil, fmt.Errorf("settlement: read the checkpoint of %s: %w", date, err)
-		}
-		out[m] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func count(ctx context.Context, gdb *gorm.DB, merchant, date string) (int64, error) {
@@ -230,21 +228,15 @@ func count(ctx context.Context, gdb *gorm.DB, merchant, date string) (int64, err
 // List returns a merchant's settlements of a day, by currency.
 func List(ctx context.Context, gdb *gorm.DB, merchant string, day time.Time) ([]Settlement, error) {
 	date := day.Format(DateLayout)
-	rows, err := gdb.WithContext(ctx).Raw(`SELECT currency, payments_count, payments_amount, refunds_count, refunds_amount, net
-	   FROM settlements WHERE merchant_id = ? AND settle_date = ? ORDER BY currency`, merchant, date).Rows()
-	if err != nil {
-		return nil, fmt.Errorf("settlement: list %s: %w", date, err)
-	}
-	defer rows.Close()
-	out := []Settlement{}
-	for rows.Next() {
+	out := []Settlement{} // a list, empty: never JSON's null
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		s := Settlement{MerchantID: merchant, Date: date}
-		if err := rows.Scan(&s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net); err != nil {
-			return nil, fmt.Errorf("settlement: list %s: %w", date, err)
-		}
+		err := rows.Scan(&s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net)
 		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	}, `SELECT currency, payments_count, payments_amount, refunds_count, refunds_amount, net
+	   FROM settlements WHERE merchant_id = ? AND settle_date = ? ORDER BY currency`, merchant, date)
+	if err != nil {
 		return nil, fmt.Errorf("settlement: list %s: %w", date, err)
 	}
 	return out, nil
