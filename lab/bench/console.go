@@ -270,35 +270,22 @@ func (b *bench) consoleSection(ctx context.Context, raw *sql.DB, sc *scratch) (o
 	for _, n := range b.opts.Ns {
 		c := ConsoleComparison{N: n}
 		meter := newCostMeter(status, sc.cfg.Addr)
-		var withoutSamples, withSamples []sample
 		readerLoads := newPageLog()
-		for r := 1; r <= rounds; r++ {
-			order := []*side{without, with}
-			if r%2 == 0 {
-				order = []*side{with, without}
+		err := alternate(rounds, without, with, &c.Without, &c.With, func(r int, sd *side, cell *Cell) ([]sample, error) {
+			window := meter.window(ctx, sd.name)
+			if sd == with {
+				window = readerWindow(ctx, reader, out.Interval, readerLoads, window)
 			}
-			for _, sd := range order {
-				cell, samples, window := &c.Without, &withoutSamples, meter.window(ctx, sd.name)
-				if sd == with {
-					cell, samples = &c.With, &withSamples
-					window = readerWindow(ctx, reader, out.Interval, readerLoads, window)
-				}
-				s, err := b.runRound(ctx, SectionConsole, n, r, sd, cell, window)
-				if err != nil {
-					return out, err
-				}
+			s, err := b.runRound(ctx, SectionConsole, n, r, sd, cell, window)
+			if err == nil {
 				meter.add(sd.name, cell.Rounds[len(cell.Rounds)-1].Ops)
-				*samples = append(*samples, s...)
 			}
+			return s, err
+		})
+		if err != nil {
+			return out, err
 		}
-		c.Without.summarize(withoutSamples)
-		c.With.summarize(withSamples)
-		c.Ratio = ratio(c.With.MedianRate, c.Without.MedianRate)
-		paired := make([]float64, rounds)
-		for i := range paired {
-			paired[i] = ratio(c.With.Rounds[i].Rate, c.Without.Rounds[i].Rate)
-		}
-		c.PairedRatio = median(paired)
+		c.Ratio, c.PairedRatio = ratios(c.With, c.Without)
 		c.Met = c.Ratio >= ConsoleTarget
 		c.Reader, c.ReaderErrs = readerLoads.summary()
 		c.FirstReaderErr = readerLoads.firstErr

@@ -541,7 +541,7 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 		return rr, err
 	}
 	nEvents := n / k
-	if err := seedDueEvents(ctx, raw, nEvents); err != nil {
+	if err := seedDueEvents(ctx, raw, nEvents, events.DeliveryNone); err != nil {
 		return rr, err
 	}
 	want := int64(nEvents * k)
@@ -645,10 +645,12 @@ func (b *bench) relayDrain(ctx context.Context, raw *sql.DB, gdb *gorm.DB, relay
 }
 
 // seedDueEvents writes n order.paid events of the bench merchant, due now,
-// as the Recorder writes them (delivery none until the fan-out).
-func seedDueEvents(ctx context.Context, raw *sql.DB, n int) error {
+// in delivery state delivery: as the Recorder writes them (DeliveryNone,
+// until the fan-out) or as the configured endpoint's relay finds them
+// (DeliveryPending).
+func seedDueEvents(ctx context.Context, raw *sql.DB, n int, delivery events.Delivery) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	o := orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "bench-fanout", Status: orders.Paid,
+	o := orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "bench-events", Status: orders.Paid,
 		Amount: 1999, Currency: "EUR", Version: 2, CreatedAt: now, UpdatedAt: now, PaidAt: &now}
 	data := `{"order":` + string(documents.Order(o)) + `}`
 	const chunk = 500
@@ -662,7 +664,7 @@ func seedDueEvents(ctx context.Context, raw *sql.DB, n int) error {
 				sb.WriteString(",")
 			}
 			sb.WriteString("(?, ?, 'order.paid', ?, ?, ?, ?)")
-			args = append(args, events.NewIDAt(now), merchantID, now, data, events.DeliveryNone, now)
+			args = append(args, events.NewIDAt(now), merchantID, now, data, delivery, now)
 		}
 		if _, err := raw.ExecContext(ctx, sb.String(), args...); err != nil {
 			return fmt.Errorf("insert events: %w", err)

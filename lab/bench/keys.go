@@ -47,33 +47,17 @@ func (b *bench) keysSection(ctx context.Context, svc *service, status *sql.DB, a
 	for _, n := range b.opts.Ns {
 		c := KeysComparison{N: n}
 		meter := newCostMeter(status, addr)
-		var envSamples, dbSamples []sample
-		for r := 1; r <= rounds; r++ {
-			order := []*side{env, dbs}
-			if r%2 == 0 {
-				order = []*side{dbs, env}
-			}
-			for _, sd := range order {
-				cell, samples := &c.Env, &envSamples
-				if sd == dbs {
-					cell, samples = &c.DB, &dbSamples
-				}
-				s, err := b.runRound(ctx, SectionKeys, n, r, sd, cell, meter.window(ctx, sd.name))
-				if err != nil {
-					return out, err
-				}
+		err := alternate(rounds, env, dbs, &c.Env, &c.DB, func(r int, sd *side, cell *Cell) ([]sample, error) {
+			s, err := b.runRound(ctx, SectionKeys, n, r, sd, cell, meter.window(ctx, sd.name))
+			if err == nil {
 				meter.add(sd.name, cell.Rounds[len(cell.Rounds)-1].Ops)
-				*samples = append(*samples, s...)
 			}
+			return s, err
+		})
+		if err != nil {
+			return out, err
 		}
-		c.Env.summarize(envSamples)
-		c.DB.summarize(dbSamples)
-		c.Ratio = ratio(c.DB.MedianRate, c.Env.MedianRate)
-		paired := make([]float64, rounds)
-		for i := range paired {
-			paired[i] = ratio(c.DB.Rounds[i].Rate, c.Env.Rounds[i].Rate)
-		}
-		c.PairedRatio = median(paired)
+		c.Ratio, c.PairedRatio = ratios(c.DB, c.Env)
 		c.Met = c.Ratio >= KeysTarget
 		if meter.err != nil {
 			return out, meter.err
@@ -83,6 +67,45 @@ func (b *bench) keysSection(ctx context.Context, svc *service, status *sql.DB, a
 		printKeys(b.stdout, c)
 	}
 	return out, nil
+}
+
+// alternate runs rounds of two sides, a first in odd rounds and b first in
+// even ones, so that neither side always runs on what the other left
+// behind (a warmer cache, a longer table); run runs one side's round r into
+// its cell. Each cell is then summarized over all its rounds' samples.
+func alternate(rounds int, a, b *side, cellA, cellB *Cell, run func(r int, sd *side, cell *Cell) ([]sample, error)) error {
+	var samplesA, samplesB []sample
+	for r := 1; r <= rounds; r++ {
+		order := []*side{a, b}
+		if r%2 == 0 {
+			order = []*side{b, a}
+		}
+		for _, sd := range order {
+			cell, samples := cellA, &samplesA
+			if sd == b {
+				cell, samples = cellB, &samplesB
+			}
+			s, err := run(r, sd, cell)
+			if err != nil {
+				return err
+			}
+			*samples = append(*samples, s...)
+		}
+	}
+	cellA.summarize(samplesA)
+	cellB.summarize(samplesB)
+	return nil
+}
+
+// ratios compares two cells' throughput: the ratio of their medians, and
+// the median of the rounds' own ratios (each pair of rounds ran side by
+// side, so a drift of the machine over the run cancels out of it).
+func ratios(num, den Cell) (ofMedians, paired float64) {
+	per := make([]float64, min(len(num.Rounds), len(den.Rounds)))
+	for i := range per {
+		per[i] = ratio(num.Rounds[i].Rate, den.Rounds[i].Rate)
+	}
+	return ratio(num.MedianRate, den.MedianRate), median(per)
 }
 
 func printKeys(w io.Writer, c KeysComparison) {

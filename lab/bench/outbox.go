@@ -8,17 +8,14 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
-	"github.com/paysvc/paysvc/internal/documents"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/internal/netguard"
-	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 )
@@ -246,27 +243,8 @@ func (b *bench) relayRound(ctx context.Context, raw *sql.DB, sc *scratch, rcv *r
 			return 0, err
 		}
 	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	o := orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "bench-relay", Status: orders.Paid,
-		Amount: 1999, Currency: "EUR", Version: 2, CreatedAt: now, UpdatedAt: now, PaidAt: &now}
-	data := `{"order":` + string(documents.Order(o)) + `}`
-	const chunk = 500
-	for done := 0; done < n; {
-		k := min(chunk, n-done)
-		var sb strings.Builder
-		sb.WriteString(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, next_attempt_at) VALUES `)
-		args := make([]any, 0, 5*k)
-		for i := range k {
-			if i > 0 {
-				sb.WriteString(",")
-			}
-			sb.WriteString("(?, ?, 'order.paid', ?, ?, 1, ?)")
-			args = append(args, events.NewIDAt(now), merchantID, now, data, now)
-		}
-		if _, err := raw.ExecContext(ctx, sb.String(), args...); err != nil {
-			return 0, fmt.Errorf("insert events: %w", err)
-		}
-		done += k
+	if err := seedDueEvents(ctx, raw, n, events.DeliveryPending); err != nil {
+		return 0, err
 	}
 	sec, err := webhooks.ParseSecret(notifySecret)
 	if err != nil {

@@ -122,6 +122,21 @@ type timedSample struct {
 	start, end time.Time
 }
 
+// splitAround sorts the operations of a round around a job that ran from
+// start to end: those wholly between baseStart and start (the baseline)
+// and those that overlapped the job; the rest are neither.
+func splitAround(all []timedSample, baseStart, start, end time.Time) (base, during []sample) {
+	for _, s := range all {
+		switch {
+		case !s.start.Before(baseStart) && !s.end.After(start):
+			base = append(base, sample{d: s.end.Sub(s.start)})
+		case s.start.Before(end) && s.end.After(start):
+			during = append(during, sample{d: s.end.Sub(s.start)})
+		}
+	}
+	return base, during
+}
+
 // writerFunc is one write of a writer running beside a purge; r is the
 // writer's own generator.
 type writerFunc func(ctx context.Context, r *rand.Rand) error
@@ -199,15 +214,7 @@ func (b *bench) purgeRound(ctx context.Context, write writerFunc, purge func(con
 	if err := ctx.Err(); err != nil {
 		return PurgeRound{}, nil, nil, err
 	}
-	var base, during []sample
-	for _, s := range all {
-		switch {
-		case !s.start.Before(baseStart) && !s.end.After(purgeStart):
-			base = append(base, sample{d: s.end.Sub(s.start)})
-		case s.start.Before(purgeEnd) && s.end.After(purgeStart):
-			during = append(during, sample{d: s.end.Sub(s.start)})
-		}
-	}
+	base, during := splitAround(all, baseStart, purgeStart, purgeEnd)
 	if len(base) == 0 || len(during) == 0 {
 		return PurgeRound{}, nil, nil, fmt.Errorf("purge: %d baseline and %d during-purge writer samples (writer errors %d, first: %v)",
 			len(base), len(during), errs, firstErr)

@@ -192,15 +192,7 @@ func (b *bench) settleRound(ctx context.Context, svc *service, supply *orderSupp
 	if serr != nil {
 		return SettleRound{}, nil, nil, fmt.Errorf("settle: %w", serr)
 	}
-	var base, during []sample
-	for _, s := range all {
-		switch {
-		case !s.start.Before(baseStart) && !s.end.After(settleStart):
-			base = append(base, sample{d: s.end.Sub(s.start)})
-		case s.start.Before(settleEnd) && s.end.After(settleStart):
-			during = append(during, sample{d: s.end.Sub(s.start)})
-		}
-	}
+	base, during := splitAround(all, baseStart, settleStart, settleEnd)
 	if len(base) == 0 || len(during) == 0 {
 		return SettleRound{}, nil, nil, fmt.Errorf("settle: %d baseline and %d concurrent callback samples (errors %d)", len(base), len(during), errs)
 	}
