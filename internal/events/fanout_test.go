@@ -328,6 +328,44 @@ func TestDeleteDropsPendingDeliveries(t *testing.T) {
 	}
 }
 
+// An endpoint created after an event was fanned out does not get it: the
+// deliveries were decided when the relay took the event. Redelivering the
+// event fans it out again, and then the new endpoint gets it too, once,
+// while the first endpoint gets its second attempt.
+func TestEndpointCreatedLaterGetsOnlyRedeliveries(t *testing.T) {
+	t.Parallel()
+	f := newFanEnv(t)
+	first, later := newHook(t), newHook(t)
+	f.endpoint(t, first.url)
+	ids := f.write(t, events.OrderPaid)
+	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	waitSettled(t, f.d)
+	eLater := f.endpoint(t, later.url)
+	// Another event after the creation: it reaches both, and once it has,
+	// the relay has run past the old event with the new endpoint in place.
+	ids = append(ids, f.write(t, events.OrderPaid)...)
+	waitSettled(t, f.d)
+	if got := later.got(); len(got) != 1 || got[ids[1]] == "" {
+		t.Fatalf("the later endpoint got %v, want only the event written after it (%s)", got, ids[1])
+	}
+	if n := f.d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE endpoint_id = ? AND event_id = ?`, eLater.ID, ids[0]); n != 0 {
+		t.Fatalf("%d deliveries of the older event to the later endpoint", n)
+	}
+	if err := f.d.Gorm.Transaction(func(tx *gorm.DB) error {
+		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, f.d)
+	if got := later.got(); len(got) != 2 || got[ids[0]] != events.OrderPaid {
+		t.Errorf("after the redelivery the later endpoint got %v, want both events", got)
+	}
+	if first.hits.Load() != 3 || later.hits.Load() != 2 {
+		t.Errorf("hits: first endpoint %d (want 3: two events and the redelivery), later %d (want 2)", first.hits.Load(), later.hits.Load())
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
