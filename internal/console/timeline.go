@@ -284,13 +284,8 @@ func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string
 // addAttempts adds the deliveries' attempts of events; a delivery with
 // no attempt yet shows nothing.
 func addAttempts(ctx context.Context, gdb *gorm.DB, evIDs []string, add func(Item), capped func(string, int)) error {
-	rows, err := db.Query(ctx, gdb, fmt.Sprintf(qAttemptsOf, placeholders(len(evIDs))), append(anys(evIDs), timelineCap)...)
-	if err != nil {
-		return fmt.Errorf("attempts: %w", err)
-	}
-	defer rows.Close()
 	n := 0
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			eventID, endpoint, errText string
 			at                         time.Time
@@ -298,7 +293,7 @@ func addAttempts(ctx context.Context, gdb *gorm.DB, evIDs []string, add func(Ite
 			ms                         int64
 		)
 		if err := rows.Scan(&eventID, &endpoint, &at, &code, &errText, &ms); err != nil {
-			return fmt.Errorf("attempts: %w", err)
+			return err
 		}
 		n++
 		to := endpoint
@@ -313,9 +308,13 @@ func addAttempts(ctx context.Context, gdb *gorm.DB, evIDs []string, add func(Ite
 			d += ", " + errText
 		}
 		add(Item{At: at, Kind: "attempt", What: "delivery attempt to " + to, Detail: fmt.Sprintf("%s, %d ms", d, ms), EventID: eventID})
+		return nil
+	}, fmt.Sprintf(qAttemptsOf, placeholders(len(evIDs))), append(anys(evIDs), timelineCap)...)
+	if err != nil {
+		return fmt.Errorf("attempts: %w", err)
 	}
 	capped("attempt", n)
-	return rows.Err()
+	return nil
 }
 
 // amount is minor units as a plain number.

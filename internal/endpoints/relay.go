@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -32,22 +33,19 @@ func Routes(ctx context.Context, gdb *gorm.DB, merchantIDs []string) (map[string
 	for _, m := range merchantIDs {
 		args = append(args, m)
 	}
-	rows, err := db.Query(ctx, gdb, `SELECT id, merchant_id, enabled_events FROM webhook_endpoints
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
+		var r Route
+		var filter string
+		err := rows.Scan(&r.ID, &r.MerchantID, &filter)
+		r.EnabledEvents = strings.Split(filter, ",")
+		out[r.MerchantID] = append(out[r.MerchantID], r)
+		return err
+	}, `SELECT id, merchant_id, enabled_events FROM webhook_endpoints
 	  WHERE status = ? AND merchant_id IN (?`+strings.Repeat(",?", len(merchantIDs)-1)+`) ORDER BY merchant_id, id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read routes: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r Route
-		var filter string
-		if err := rows.Scan(&r.ID, &r.MerchantID, &filter); err != nil {
-			return nil, fmt.Errorf("read routes: %w", err)
-		}
-		r.EnabledEvents = strings.Split(filter, ",")
-		out[r.MerchantID] = append(out[r.MerchantID], r)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Target is an endpoint as a delivery needs it: where, whether it still
@@ -73,23 +71,15 @@ func Targets(ctx context.Context, gdb *gorm.DB, keys *Keyring, ids []string, now
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := db.Query(ctx, gdb, `SELECT id, url, status FROM webhook_endpoints WHERE id IN (?`+
-		strings.Repeat(",?", len(ids)-1)+`)`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read endpoints: %w", err)
-	}
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		t := &Target{}
 		var st int
-		if err := rows.Scan(&t.ID, &t.URL, &st); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("read endpoints: %w", err)
-		}
+		err := rows.Scan(&t.ID, &t.URL, &st)
 		t.Enabled = st == Enabled
 		out[t.ID] = t
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return err
+	}, `SELECT id, url, status FROM webhook_endpoints WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+`)`, args...)
+	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
 	sealed, err := signingSecrets(ctx, gdb, ids, now)
@@ -188,24 +178,14 @@ func Rewrap(ctx context.Context, gdb *gorm.DB, keys *Keyring) (int64, error) {
 	var total int64
 	after := ""
 	for {
-		rows, err := db.Query(ctx, gdb, `SELECT endpoint_id, id, key_id, sealed FROM webhook_endpoint_secrets
+		batch, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (s sealedSecret, err error) {
+			var kid []byte
+			err = rows.Scan(&s.endpointID, &s.id, &kid, &s.sealed)
+			copy(s.keyID[:], kid)
+			return s, err
+		}, `SELECT endpoint_id, id, key_id, sealed FROM webhook_endpoint_secrets
 		  WHERE key_id <> ? AND CONCAT(endpoint_id, '/', id) > ? ORDER BY endpoint_id, id LIMIT 500`, cur[:], after)
 		if err != nil {
-			return total, fmt.Errorf("read secrets to rewrap: %w", err)
-		}
-		var batch []sealedSecret
-		for rows.Next() {
-			var s sealedSecret
-			var kid []byte
-			if err := rows.Scan(&s.endpointID, &s.id, &kid, &s.sealed); err != nil {
-				rows.Close()
-				return total, fmt.Errorf("read secrets to rewrap: %w", err)
-			}
-			copy(s.keyID[:], kid)
-			batch = append(batch, s)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return total, fmt.Errorf("read secrets to rewrap: %w", err)
 		}
 		if len(batch) == 0 {

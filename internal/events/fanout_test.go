@@ -134,6 +134,18 @@ func (f *fanEnv) secrets(t *testing.T, id string) []string {
 	return out
 }
 
+// redeliver asks for one more delivery of the event id, as the events
+// API does.
+func (f *fanEnv) redeliver(t *testing.T, id string) {
+	t.Helper()
+	if err := f.d.Gorm.Transaction(func(tx *gorm.DB) error {
+		_, err := events.Redeliver(context.Background(), tx, merchant, id, time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // relay runs a relay over the deliveries of f, held to rule, until the
 // test ends; env, if set, is the merchant's PAYSVC_NOTIFY_ENDPOINTS URL.
 func (f *fanEnv) relay(t *testing.T, rule netguard.Rule, env string, o events.QueueOptions, delays ...time.Duration) {
@@ -316,12 +328,7 @@ func TestDeleteDropsPendingDeliveries(t *testing.T) {
 		t.Errorf("summary %s after the failing endpoint was deleted", got)
 	}
 	// Redelivery goes to the endpoints that exist.
-	if err := f.d.Gorm.Transaction(func(tx *gorm.DB) error {
-		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], time.Now())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.redeliver(t, ids[0])
 	waitSettled(t, f.d)
 	if down.hits.Load() != 1 || up.hits.Load() != 2 {
 		t.Errorf("hits: deleted %d (want 1), kept %d (want 2)", down.hits.Load(), up.hits.Load())
@@ -351,12 +358,7 @@ func TestEndpointCreatedLaterGetsOnlyRedeliveries(t *testing.T) {
 	if n := f.d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE endpoint_id = ? AND event_id = ?`, eLater.ID, ids[0]); n != 0 {
 		t.Fatalf("%d deliveries of the older event to the later endpoint", n)
 	}
-	if err := f.d.Gorm.Transaction(func(tx *gorm.DB) error {
-		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], time.Now())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.redeliver(t, ids[0])
 	waitSettled(t, f.d)
 	if got := later.got(); len(got) != 2 || got[ids[0]] != events.OrderPaid {
 		t.Errorf("after the redelivery the later endpoint got %v, want both events", got)

@@ -88,34 +88,27 @@ const deleteChunk = 1000
 
 // oldIDs reads up to limit ids below bound of events not pending.
 func oldIDs(ctx context.Context, gdb *gorm.DB, bound string, limit int) ([]any, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT id FROM events WHERE id < ? AND `+notPending+` ORDER BY id LIMIT ?`, bound, limit)
+	ids, err := db.QueryAll(ctx, gdb, scanID, `SELECT id FROM events WHERE id < ? AND `+notPending+` ORDER BY id LIMIT ?`, bound, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select expired events: %w", err)
 	}
-	return scanIDs(rows)
+	return ids, nil
 }
 
 // lockDone locks the events of ids whose delivery is not pending, in id
 // order (as Finish locks them), and returns their ids.
 func lockDone(ctx context.Context, tx *gorm.DB, ids []any) ([]any, error) {
-	rows, err := tx.Statement.ConnPool.QueryContext(ctx, `SELECT id FROM events WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+
+	locked, err := db.QueryAll(ctx, tx, scanID, `SELECT id FROM events WHERE id IN (?`+strings.Repeat(",?", len(ids)-1)+
 		`) AND `+notPending+` ORDER BY id FOR UPDATE`, ids...)
 	if err != nil {
 		return nil, fmt.Errorf("lock expired events: %w", err)
 	}
-	return scanIDs(rows)
+	return locked, nil
 }
 
-func scanIDs(rows *sql.Rows) ([]any, error) {
-	defer rows.Close()
-	var ids []any
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("read event ids: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+// scanID reads an event id as a DELETE's argument.
+func scanID(rows *sql.Rows) (any, error) {
+	var id string
+	err := rows.Scan(&id)
+	return id, err
 }

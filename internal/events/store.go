@@ -107,13 +107,8 @@ const EmbeddedAttempts = 20
 // range of the primary key, the count taken by a window function over the
 // same rows (MySQL 8, MariaDB 10.2+).
 func LatestAttempts(ctx context.Context, gdb *gorm.DB, id string, n int) ([]Attempt, int, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT at, status_code, error, duration_ms, COUNT(*) OVER () FROM event_attempts
-		  WHERE event_id = ? ORDER BY id DESC LIMIT ?`, id, n)
-	if err != nil {
-		return nil, 0, fmt.Errorf("attempts of %s: %w", id, err)
-	}
-	out, total, err := scanAttempts(rows)
+	out, total, err := readAttempts(ctx, gdb, `SELECT at, status_code, error, duration_ms, COUNT(*) OVER () FROM event_attempts
+	  WHERE event_id = ? ORDER BY id DESC LIMIT ?`, id, n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("attempts of %s: %w", id, err)
 	}
@@ -127,13 +122,8 @@ func LatestAttempts(ctx context.Context, gdb *gorm.DB, id string, n int) ([]Atte
 // event's attempts are only ever appended (and purged with it), so a
 // position is a stable cursor.
 func Attempts(ctx context.Context, gdb *gorm.DB, id string, after, limit int) ([]Attempt, bool, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT at, status_code, error, duration_ms, 0 FROM event_attempts
-		  WHERE event_id = ? ORDER BY id LIMIT ? OFFSET ?`, id, limit+1, after)
-	if err != nil {
-		return nil, false, fmt.Errorf("attempts of %s: %w", id, err)
-	}
-	out, _, err := scanAttempts(rows)
+	out, _, err := readAttempts(ctx, gdb, `SELECT at, status_code, error, duration_ms, 0 FROM event_attempts
+	  WHERE event_id = ? ORDER BY id LIMIT ? OFFSET ?`, id, limit+1, after)
 	if err != nil {
 		return nil, false, fmt.Errorf("attempts of %s: %w", id, err)
 	}
@@ -144,27 +134,25 @@ func Attempts(ctx context.Context, gdb *gorm.DB, id string, after, limit int) ([
 	return out, more, nil
 }
 
-// scanAttempts reads rows of (at, status_code, error, duration_ms, a
-// count) and closes them; the count is the last row's.
-func scanAttempts(rows *sql.Rows) ([]Attempt, int, error) {
-	defer rows.Close()
-	out := []Attempt{}
-	total := 0
-	for rows.Next() {
+// readAttempts reads rows of (at, status_code, error, duration_ms, a
+// count); the count is the last row's.
+func readAttempts(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]Attempt, int, error) {
+	out, total := []Attempt{}, 0
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			a    Attempt
 			code sql.NullInt64
 			ms   int64
 		)
-		if err := rows.Scan(&a.At, &code, &a.Error, &ms, &total); err != nil {
-			return nil, 0, err
-		}
-		a.At = a.At.UTC()
-		a.StatusCode = int(code.Int64)
-		a.Duration = time.Duration(ms) * time.Millisecond
+		err := rows.Scan(&a.At, &code, &a.Error, &ms, &total)
+		a.At, a.StatusCode, a.Duration = a.At.UTC(), int(code.Int64), time.Duration(ms)*time.Millisecond
 		out = append(out, a)
+		return err
+	}, q, args...)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out, total, rows.Err()
+	return out, total, nil
 }
 
 // Redeliver schedules one more attempt of each of a merchant's event's
@@ -228,35 +216,18 @@ const EmbeddedPerDelivery = 5
 // deliveries by uk_deliveries_pair, the attempts by their primary key,
 // ranked by a window function, MySQL 8 and MariaDB 10.2+).
 func Deliveries(ctx context.Context, gdb *gorm.DB, eventID string) ([]EndpointDelivery, error) {
-	rows, err := db.Query(ctx, gdb, `SELECT endpoint_id, status FROM deliveries WHERE event_id = ? ORDER BY id`, eventID)
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (d EndpointDelivery, err error) {
+		err = rows.Scan(&d.EndpointID, &d.Status)
+		d.Attempts = []Attempt{}
+		return d, err
+	}, `SELECT endpoint_id, status FROM deliveries WHERE event_id = ? ORDER BY id`, eventID)
 	if err != nil {
 		return nil, fmt.Errorf("deliveries of %s: %w", eventID, err)
 	}
-	out := []EndpointDelivery{}
-	for rows.Next() {
-		var d EndpointDelivery
-		if err := rows.Scan(&d.EndpointID, &d.Status); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("deliveries of %s: %w", eventID, err)
-		}
-		d.Attempts = []Attempt{}
-		out = append(out, d)
+	if len(out) == 0 {
+		return []EndpointDelivery{}, nil // a list, empty: never JSON's null
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(out) == 0 {
-		return out, err
-	}
-	rows, err = db.Query(ctx, gdb, `SELECT endpoint_id, at, status_code, error, duration_ms, n FROM (
-	    SELECT endpoint_id, id, at, status_code, error, duration_ms,
-	           ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY id DESC) AS r,
-	           COUNT(*) OVER (PARTITION BY endpoint_id) AS n
-	      FROM event_attempts WHERE event_id = ?) AS a
-	  WHERE r <= ? ORDER BY endpoint_id, id`, eventID, EmbeddedPerDelivery)
-	if err != nil {
-		return nil, fmt.Errorf("attempts of %s: %w", eventID, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			ep   string
 			a    Attempt
@@ -265,7 +236,7 @@ func Deliveries(ctx context.Context, gdb *gorm.DB, eventID string) ([]EndpointDe
 			n    int
 		)
 		if err := rows.Scan(&ep, &a.At, &code, &a.Error, &ms, &n); err != nil {
-			return nil, fmt.Errorf("attempts of %s: %w", eventID, err)
+			return err
 		}
 		a.At, a.StatusCode, a.Duration = a.At.UTC(), int(code.Int64), time.Duration(ms)*time.Millisecond
 		for i := range out {
@@ -274,8 +245,17 @@ func Deliveries(ctx context.Context, gdb *gorm.DB, eventID string) ([]EndpointDe
 				out[i].AttemptCount = n
 			}
 		}
+		return nil
+	}, `SELECT endpoint_id, at, status_code, error, duration_ms, n FROM (
+	    SELECT endpoint_id, id, at, status_code, error, duration_ms,
+	           ROW_NUMBER() OVER (PARTITION BY endpoint_id ORDER BY id DESC) AS r,
+	           COUNT(*) OVER (PARTITION BY endpoint_id) AS n
+	      FROM event_attempts WHERE event_id = ?) AS a
+	  WHERE r <= ? ORDER BY endpoint_id, id`, eventID, EmbeddedPerDelivery)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", eventID, err)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // noRetries in events.retries: the schedule is used up.

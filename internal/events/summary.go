@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"sort"
@@ -9,6 +10,8 @@ import (
 	"text/tabwriter"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
 )
 
 // Summary counts the events table, for the demo and for operators.
@@ -24,24 +27,20 @@ type Summary struct {
 // table (fine for a demo; not for a hot path).
 func Summarize(ctx context.Context, gdb *gorm.DB) (Summary, error) {
 	s := Summary{ByType: map[string]int64{}, ByDelivery: map[string]int64{}}
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx, `SELECT type, `+deliveryOf+` AS delivery, COUNT(*) FROM events GROUP BY type, delivery`)
-	if err != nil {
-		return s, fmt.Errorf("summarize events: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			typ string
 			d   Delivery
 			n   int64
 		)
 		if err := rows.Scan(&typ, &d, &n); err != nil {
-			return s, fmt.Errorf("summarize events: %w", err)
+			return err
 		}
 		s.ByType[typ] += n
 		s.ByDelivery[d.String()] += n
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}, `SELECT type, `+deliveryOf+` AS delivery, COUNT(*) FROM events GROUP BY type, delivery`)
+	if err != nil {
 		return s, fmt.Errorf("summarize events: %w", err)
 	}
 	err = gdb.Statement.ConnPool.QueryRowContext(ctx,

@@ -80,21 +80,12 @@ func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch 
 
 // expiredKeys returns up to limit keys of expired records, oldest first.
 func expiredKeys(ctx context.Context, gdb *gorm.DB, now time.Time, limit int) ([]any, error) {
-	rows, err := gdb.Statement.ConnPool.QueryContext(ctx,
-		`SELECT key_hash FROM idempotency_records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("select expired keys: %w", err)
-	}
-	defer rows.Close()
-	keys := make([]any, 0, limit)
-	for rows.Next() {
+	keys, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (any, error) {
 		var k []byte
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("select expired keys: %w", err)
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
+		err := rows.Scan(&k)
+		return k, err
+	}, `SELECT key_hash FROM idempotency_records WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, now, limit)
+	if err != nil {
 		return nil, fmt.Errorf("select expired keys: %w", err)
 	}
 	return keys, nil

@@ -165,24 +165,9 @@ func ClaimRows(ctx context.Context, gdb *gorm.DB, table, query string, args []an
 	leaseEnd time.Time, token Token) ([]Job, error) {
 	var jobs []Job
 	err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		jobs = jobs[:0]
-		rows, err := tx.Statement.ConnPool.QueryContext(ctx, query, args...)
-		if err != nil {
+		var err error
+		if jobs, err = db.QueryAll(ctx, tx, scan, query, args...); err != nil || len(jobs) == 0 {
 			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			j, err := scan(rows)
-			if err != nil {
-				return err
-			}
-			jobs = append(jobs, j)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(jobs) == 0 {
-			return nil
 		}
 		ids := make([]any, 0, 2+len(jobs))
 		ids = append(ids, leaseEnd.UTC(), token[:])

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+
+	"github.com/paysvc/paysvc/internal/db"
 )
 
 // Finding is one row that breaks one rule.
@@ -207,20 +209,12 @@ func Run(ctx context.Context, gdb *gorm.DB) (Report, error) {
 
 // query runs one check: each row is a Finding of that check.
 func query(tx *gorm.DB, name, q string) ([]Finding, error) {
-	rows, err := tx.Raw(q).Rows()
-	if err != nil {
-		return nil, fmt.Errorf("check %q: %w", name, err)
-	}
-	defer rows.Close()
-	var found []Finding
-	for rows.Next() {
+	found, err := db.QueryAll(tx.Statement.Context, tx, func(rows *sql.Rows) (Finding, error) {
 		var detail string
-		if err := rows.Scan(&detail); err != nil {
-			return nil, fmt.Errorf("check %q: %w", name, err)
-		}
-		found = append(found, Finding{Check: name, Detail: strings.TrimSpace(detail)})
-	}
-	if err := rows.Err(); err != nil {
+		err := rows.Scan(&detail)
+		return Finding{Check: name, Detail: strings.TrimSpace(detail)}, err
+	}, q)
+	if err != nil {
 		return nil, fmt.Errorf("check %q: %w", name, err)
 	}
 	return found, nil
