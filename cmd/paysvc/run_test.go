@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -51,21 +50,6 @@ func rtEnv(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-func rtServer(t testing.TB) *sql.DB {
-	t.Helper()
-	cfg, err := mysql.ParseDSN(dbtest.ServerDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DBName = ""
-	conn, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
 // rtFreshDSN names a database that does not exist yet, and drops it when
 // the test ends.
 func rtFreshDSN(t testing.TB) (dsn, name string) {
@@ -77,7 +61,7 @@ func rtFreshDSN(t testing.TB) (dsn, name string) {
 	suffix := make([]byte, 6)
 	_, _ = rand.Read(suffix)
 	cfg.DBName = "paysvc_run_" + hex.EncodeToString(suffix)
-	server := rtServer(t)
+	server := dbtest.Server(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -85,25 +69,15 @@ func rtFreshDSN(t testing.TB) (dsn, name string) {
 			t.Errorf("drop %s: %v", cfg.DBName, err)
 		}
 	})
-	if rtDatabaseExists(t, cfg.DBName) {
+	if dbtest.DatabaseExists(t, cfg.DBName) {
 		t.Fatalf("fresh database %s already exists", cfg.DBName)
 	}
 	return cfg.FormatDSN(), cfg.DBName
 }
 
-func rtDatabaseExists(t testing.TB, name string) bool {
-	t.Helper()
-	var n int
-	err := rtServer(t).QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n == 1
-}
-
 func rtTables(t testing.TB, name string) []string {
 	t.Helper()
-	rows, err := rtServer(t).Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", name)
+	rows, err := dbtest.Server(t).Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? ORDER BY TABLE_NAME", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +201,7 @@ func TestRunUsageErrors(t *testing.T) {
 			}
 		})
 	}
-	if rtDatabaseExists(t, "paysvc_run_never_created") {
+	if dbtest.DatabaseExists(t, "paysvc_run_never_created") {
 		t.Errorf("a usage error created the database")
 	}
 }
@@ -366,7 +340,7 @@ func TestRunMigrate(t *testing.T) {
 			t.Fatalf("step %d %v printed %q, want %q", i+1, st.args, stdout.String(), st.want)
 		}
 		if i == 0 {
-			if !rtDatabaseExists(t, name) {
+			if !dbtest.DatabaseExists(t, name) {
 				t.Fatalf("migrate up did not create database %s", name)
 			}
 			tables := rtTables(t, name)
@@ -526,7 +500,7 @@ func TestRunServe(t *testing.T) {
 		"PAYSVC_SHUTDOWN_TIMEOUT", rtShutdown.String(),
 		"PAYSVC_LOG_LEVEL", "debug",
 	))
-	if !rtDatabaseExists(t, name) {
+	if !dbtest.DatabaseExists(t, name) {
 		t.Fatalf("serve did not create database %s", name)
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -736,7 +710,7 @@ func TestRunServeWithoutAutoMigrate(t *testing.T) {
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "paysvc migrate up") {
 		t.Fatalf("serve without a schema: %v, want a refusal naming paysvc migrate up\n%s", err, logs.String())
 	}
-	if !rtDatabaseExists(t, name) {
+	if !dbtest.DatabaseExists(t, name) {
 		t.Fatalf("serve did not create database %s", name)
 	}
 	if tables := rtTables(t, name); len(tables) > 1 || len(tables) == 1 && tables[0] != "schema_migrations" {

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"math"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
@@ -28,7 +25,6 @@ import (
 // The sizes section starts servers of its own: TestQuickSizes runs it.
 func TestQuickRun(t *testing.T) {
 	opts, rep, out := runQuick(t, "-quick", "-skip", "sizes")
-	ctx := context.Background()
 
 	for _, want := range []string{
 		"command: go run ./lab/cmd/bench -quick", "machine: ", "server:  ", "== round trips",
@@ -266,21 +262,7 @@ func TestQuickRun(t *testing.T) {
 	if m == nil {
 		t.Fatal("output does not name the scratch database")
 	}
-	server, err := mysql.ParseDSN(dbtest.ServerDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server.DBName = ""
-	conn, err := sql.Open("mysql", server.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var n int
-	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?`, m[1]).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
+	if dbtest.DatabaseExists(t, m[1]) {
 		t.Errorf("scratch database %s was not dropped", m[1])
 	}
 }

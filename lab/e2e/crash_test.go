@@ -36,7 +36,7 @@ func TestCrashConnectionKilled(t *testing.T) {
 	// cannot ask for its own CONNECTION_ID(). It kills every connection
 	// to this test's database instead (it is the test's alone); the
 	// killer's own connection names no database, so it survives.
-	killer := serverConn(t, d)
+	killer := dbtest.Server(t)
 	var killed atomic.Bool
 	killResult := make(chan error, 1)
 	const key = "crash-conn-1"
@@ -103,19 +103,6 @@ func TestCrashConnectionKilled(t *testing.T) {
 		}
 	}
 	assertTables(t, d, 1+more, 1+more)
-}
-
-// serverConn is a connection to the test server that names no database.
-func serverConn(t testing.TB, d *dbtest.DB) *sql.DB {
-	t.Helper()
-	cfg := d.Config.Clone()
-	cfg.DBName = ""
-	conn, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatalf("open server connection: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 // killConnections kills every connection whose current database is dbName

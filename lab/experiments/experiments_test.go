@@ -3,12 +3,9 @@ package experiments
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
@@ -202,17 +199,7 @@ func TestServerDetection(t *testing.T) {
 		t.Errorf("GormTrapWant: MariaDB %d, MySQL %d; want 1 (RETURNING) and 0", GormTrapWant(true), GormTrapWant(false))
 	}
 	// The server the tests run on is identified.
-	cfg, err := mysql.ParseDSN(dbtest.ServerDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DBName = ""
-	conn, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s, err := detectServer(testContext(t), conn)
+	s, err := detectServer(testContext(t), dbtest.Server(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,18 +221,7 @@ func TestScratchDropped(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	server := s.cfg.Clone()
-	server.DBName = ""
-	conn, err := sql.Open("mysql", server.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var n int
-	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
+	if dbtest.DatabaseExists(t, name) {
 		t.Errorf("scratch database %s still exists after Close", name)
 	}
 }

@@ -41,13 +41,7 @@ func TestDBConnectionKilled(t *testing.T) {
 
 	// The killer has its own pool of one connection to the server, with no
 	// default database, so it never appears among its victims.
-	kcfg := d.Config.Clone()
-	kcfg.DBName = ""
-	killerDB, err := sql.Open("mysql", kcfg.FormatDSN())
-	if err != nil {
-		t.Fatalf("killer: %v", err)
-	}
-	defer killerDB.Close()
+	killerDB := dbtest.Server(t)
 	killerDB.SetMaxOpenConns(1)
 	if err := killerDB.Ping(); err != nil {
 		t.Fatalf("killer: %v", err)

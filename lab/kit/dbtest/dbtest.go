@@ -32,6 +32,34 @@ func ServerDSN() string {
 	return "root:@tcp(127.0.0.1:3306)/paysvc_test?parseTime=true&loc=UTC"
 }
 
+// Server is a pool to the test server that names no database (to create,
+// drop or look for databases, or to kill other connections without being
+// among them), closed when the test ends.
+func Server(t testing.TB) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(ServerDSN())
+	if err != nil {
+		t.Fatalf("dbtest: PAYSVC_TEST_DSN: %v", err)
+	}
+	cfg.DBName = ""
+	conn, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("dbtest: open the server: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// DatabaseExists says whether the test server has a database called name.
+func DatabaseExists(t testing.TB, name string) bool {
+	t.Helper()
+	var n int
+	if err := Server(t).QueryRow(`SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?`, name).Scan(&n); err != nil {
+		t.Fatalf("dbtest: look for database %s: %v", name, err)
+	}
+	return n > 0
+}
+
 // DB is a migrated test database.
 type DB struct {
 	Gorm *gorm.DB
