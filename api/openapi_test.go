@@ -32,6 +32,7 @@ import (
 	"github.com/paysvc/paysvc/internal/problems"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -389,13 +390,8 @@ func newEnvVia(t *testing.T, dsn func(*dbtest.DB) string, tune ...func(*config.C
 	for _, f := range tune {
 		f(&cfg)
 	}
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{})
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	e := &env{app: a, srv: httptest.NewServer(a.Handler), v: apitest.NewValidator(t)}
-	t.Cleanup(e.srv.Close)
+	a := apptest.Open(t, cfg, slog.New(slog.DiscardHandler), app.Options{})
+	e := &env{app: a, srv: apptest.Serve(t, a), v: apitest.NewValidator(t)}
 	e.client = &http.Client{Transport: e.v.Transport(t, e.srv.Client().Transport)}
 	return e
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -38,13 +38,7 @@ func TestCallbackStatementsIndependentOfEndpoints(t *testing.T) {
 	cfg.APIKeys = map[string]string{"key-acme-0123456789": "acme"}
 	cfg.WebhookSecrets = map[string][]string{"mockpay": {secret}}
 	cfg.Endpoints.SecretsKey = bytes.Repeat([]byte{3}, 32)
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
+	a, srv := apptest.Start(t, cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
 	keys, err := endpoints.NewKeyring(cfg.Endpoints.SecretsKey, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/requestlog"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -35,7 +35,7 @@ func TestRequestLogOfEachPath(t *testing.T) {
 	cfg.APIKeys = map[string]string{"key-acme-0123456789": "acme"}
 	cfg.WebhookSecrets = map[string][]string{"mockpay": {secret}}
 	hold, held := make(chan struct{}), make(chan struct{})
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true,
+	a, srv := apptest.Start(t, cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true,
 		BeforeCommit: func(_ context.Context, req idempotency.Request) error {
 			if req.Key == "slow-1" {
 				close(held)
@@ -43,12 +43,6 @@ func TestRequestLogOfEachPath(t *testing.T) {
 			}
 			return nil
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
 	sec, err := webhooks.ParseSecret(secret)
 	if err != nil {
 		t.Fatal(err)
@@ -222,11 +216,7 @@ func TestPurgeRemovesOldRequestLogRows(t *testing.T) {
 	cfg.DSN = d.DSN
 	cfg.IdempotencyTTL = 24 * time.Hour
 	cfg.CallbackTTL = 30 * 24 * time.Hour
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	a := apptest.Open(t, cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
 	now := time.Now().UTC()
 	for i, at := range []time.Time{now.Add(-31 * 24 * time.Hour), now.Add(-29 * 24 * time.Hour), now.Add(-time.Hour)} {
 		if err := d.Gorm.Exec(`INSERT INTO request_log (at, kind, idem_key, outcome, status, fingerprint) VALUES (?, 'order_create', ?, 'ran', 201, ?)`,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -62,13 +63,7 @@ func TestSlowClientsAreClosed(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{slowAPIKey: slowMerchant}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.DiscardHandler), app.Options{HTTPTimeouts: slowTimeouts})
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	a := apptest.Open(t, cfg, slog.New(slog.DiscardHandler), app.Options{HTTPTimeouts: slowTimeouts})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
@@ -24,6 +23,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/console"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
@@ -59,12 +59,8 @@ func newEnv(t *testing.T, adminKeys []string, tls bool) *env {
 	e := &env{t: t, logs: &testproc.Output{}, offset: &atomic.Int64{}}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	log.Info("config", "config", cfg)
-	a, err := app.Open(context.Background(), cfg, log, app.Options{NoRelay: true,
+	a := apptest.Open(t, cfg, log, app.Options{NoRelay: true,
 		Now: func() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
 	e.a = a
 	if tls {
 		e.srv = httptest.NewTLSServer(a.Handler)

@@ -48,6 +48,19 @@ type receiver struct {
 	bad      atomic.Int64 // requests that failed a check (signature, headers)
 }
 
+// newSlowFirstReceiver answers 200 to every attempt, the first of each
+// event after slow; entered receives when a first attempt has arrived.
+func newSlowFirstReceiver(t testing.TB, slow time.Duration) (*receiver, <-chan struct{}) {
+	entered := make(chan struct{}, 1)
+	return newReceiver(t, func(_ string, n int) (int, time.Duration) {
+		if n == 1 {
+			entered <- struct{}{}
+			return 200, slow
+		}
+		return 200, 0
+	}), entered
+}
+
 func newReceiver(t testing.TB, answer func(id string, n int) (int, time.Duration)) *receiver {
 	r := &receiver{t: t, answer: answer, hits: map[string]int{}, inFlight: map[string]int{}}
 	var verifiers []*standardwebhooks.Webhook
@@ -473,14 +486,7 @@ func TestRedeliverDuringAnAttempt(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	ids := record(t, d, 1)
-	entered := make(chan struct{}, 1)
-	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
-		if n == 1 {
-			entered <- struct{}{}
-			return 200, 300 * time.Millisecond
-		}
-		return 200, 0
-	})
+	rcv, entered := newSlowFirstReceiver(t, 300*time.Millisecond)
 	r := startRelay(t, d, rcv.url, relayOpts{})
 	<-entered
 	err := d.Gorm.Transaction(func(tx *gorm.DB) error {
@@ -577,14 +583,7 @@ func TestShutdownCutAttemptIsNotItsLast(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
 	ids := record(t, d, 1)
-	entered := make(chan struct{}, 1)
-	rcv := newReceiver(t, func(_ string, n int) (int, time.Duration) {
-		if n == 1 {
-			entered <- struct{}{}
-			return 200, 8 * time.Second // within the 20 s timeout, past the grace
-		}
-		return 200, 0
-	})
+	rcv, entered := newSlowFirstReceiver(t, 8*time.Second) // within the 20 s timeout, past the grace
 	pool, err := db.OpenPool(d.Config, 4)
 	if err != nil {
 		t.Fatal(err)

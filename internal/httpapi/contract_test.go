@@ -9,7 +9,6 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,6 +33,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -68,13 +68,7 @@ func ctNewWith(t *testing.T, opts app.Options) *ctEnv {
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.APIKeys = map[string]string{ctAcmeKey: "acme", ctGlobexKey: "globex"}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	a := apptest.Open(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
 	e := &ctEnv{db: d, app: a}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.te.Store(r.Header.Get("Idempotency-Key"), strings.Join(r.TransferEncoding, ","))

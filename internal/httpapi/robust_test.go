@@ -2,14 +2,12 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
@@ -94,16 +93,8 @@ func ctNewLogged(t *testing.T, tune func(*config.Config)) (*ctEnv, *testproc.Out
 	if tune != nil {
 		tune(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	logs := &testproc.Output{}
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil)), app.Options{})
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
+	a, srv := apptest.Start(t, cfg, slog.New(slog.NewJSONHandler(logs, nil)), app.Options{})
 	return &ctEnv{db: d, app: a, url: srv.URL, client: srv.Client()}, logs
 }
 

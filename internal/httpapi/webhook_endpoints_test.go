@@ -2,13 +2,11 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -38,13 +37,7 @@ func weNew(t *testing.T, tune func(*config.Config)) *weEnv {
 	if tune != nil {
 		tune(&cfg)
 	}
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), app.Options{NoRelay: true})
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
+	_, srv := apptest.Start(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), app.Options{NoRelay: true})
 	client := srv.Client()
 	client.Transport = apitest.NewValidator(t).Transport(t, client.Transport)
 	return &weEnv{db: d, url: srv.URL, client: client}

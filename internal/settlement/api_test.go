@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/settlement"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -31,16 +31,10 @@ func TestSettlementsAPI(t *testing.T) {
 	for m, k := range keys {
 		cfg.APIKeys[k] = m
 	}
+	_, srv := apptest.Start(t, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
+	client := apitest.NewValidator(t).Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	srv := httptest.NewServer(a.Handler)
-	defer srv.Close()
-	client := apitest.NewValidator(t).Client(t)
 	if _, err := settlement.Run(ctx, d.Gorm, ledgerDay, settlement.Options{}); err != nil {
 		t.Fatal(err)
 	}

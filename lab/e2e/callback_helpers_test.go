@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/together"
 )
@@ -81,15 +81,7 @@ func cbNewService(t testing.TB, d *dbtest.DB, opts app.Options, tune func(*confi
 	if tune != nil {
 		tune(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(&cbLogSink{t: t}), opts)
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(func() { _ = a.Close() })
-	t.Cleanup(srv.Close)
+	a, srv := apptest.Start(t, cfg, slog.New(&cbLogSink{t: t}), opts)
 	secret, err := webhooks.ParseSecret(cbSecretText)
 	if err != nil {
 		t.Fatalf("ParseSecret: %v", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/paysvc/paysvc/client"
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 	"github.com/paysvc/paysvc/lab/kit/httpanswer"
 )
@@ -73,20 +74,14 @@ func newWrappedService(t testing.TB, d *dbtest.DB, tune func(*config.Config), op
 	if tune != nil {
 		tune(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
+	a := apptest.Open(t, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)
 	h := a.Handler
 	if wrap != nil {
 		h = wrap(h)
 	}
-	srv := httptest.NewServer(h)
 	// Cleanups run last-in first-out: stop serving, then close the pool,
 	// then (registered earlier by dbtest) drop the database.
-	t.Cleanup(func() { _ = a.Close() })
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &service{app: a, url: srv.URL}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -29,6 +28,7 @@ import (
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -131,15 +131,7 @@ func newEnvConfig(t testing.TB, opts app.Options, edit func(*config.Config)) *en
 	if edit != nil {
 		edit(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
+	a, srv := apptest.Start(t, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), opts)
 	sec, err := webhooks.ParseSecret(rawSecret)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +146,8 @@ func newEnvConfig(t testing.TB, opts app.Options, edit func(*config.Config)) *en
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if _, err := natsintake.EnsureStream(ctx, js, time.Hour); err != nil {
 		t.Fatal(err)
 	}

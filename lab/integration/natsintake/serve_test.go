@@ -18,6 +18,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -34,11 +35,7 @@ func TestServeWithBrokerDown(t *testing.T) {
 	cfg.WebhookSecrets = map[string][]string{provider: {rawSecret}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := apptest.Open(t, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), app.Options{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
+	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
@@ -136,15 +136,7 @@ func newEnvWith(t *testing.T, redisURL string, opts app.Options, mutate ...func(
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	a, err := app.Open(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
-	if err != nil {
-		t.Fatalf("app.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	srv := httptest.NewServer(a.Handler)
-	t.Cleanup(srv.Close)
+	a, srv := apptest.Start(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
 	client := srv.Client()
 	client.Transport = apitest.NewValidator(t).Transport(t, client.Transport)
 	return &env{db: d, app: a, url: srv.URL, client: client}
