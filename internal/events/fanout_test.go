@@ -23,6 +23,7 @@ import (
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 )
 
 // hook is a loopback receiver of one endpoint: it records each event id
@@ -307,13 +308,7 @@ func TestDeleteDropsPendingDeliveries(t *testing.T) {
 	f.endpoint(t, up.url)
 	ids := f.write(t, events.OrderPaid)
 	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
-	deadline := time.Now().Add(time.Minute)
-	for down.hits.Load() == 0 || up.hits.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no first attempts")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return down.hits.Load() > 0 && up.hits.Load() > 0 })
 	waitFor(t, func() bool { return f.d.Count(t, `SELECT COUNT(*) FROM event_attempts`) == 2 })
 	if got := deliveryOf(t, f.d, ids[0]); got != events.DeliveryPending {
 		t.Fatalf("summary %s while one delivery waits for its retry", got)
@@ -370,12 +365,8 @@ func TestEndpointCreatedLaterGetsOnlyRedeliveries(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Until(time.Minute, 20*time.Millisecond, cond) {
+		t.Fatal("condition not met within a minute")
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 )
 
 const merchant = "acme"
@@ -232,12 +233,9 @@ func startRelay(t testing.TB, d *dbtest.DB, url string, o relayOpts) *outbox.Rel
 // waitSettled waits until no event is pending, for at most a minute.
 func waitSettled(t testing.TB, d *dbtest.DB) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for d.Count(t, `SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1)`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("events still pending after a minute: %d", d.Count(t, `SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1)`))
-		}
-		time.Sleep(20 * time.Millisecond)
+	const pending = `SELECT COUNT(*) FROM events WHERE next_attempt_at IS NOT NULL OR EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id AND d.status = 1)`
+	if !poll.Until(time.Minute, 20*time.Millisecond, func() bool { return d.Count(t, pending) == 0 }) {
+		t.Fatalf("events still pending after a minute: %d", d.Count(t, pending))
 	}
 }
 

@@ -3,16 +3,14 @@ package console
 import (
 	"testing"
 	"time"
+
+	"github.com/paysvc/paysvc/lab/kit/poll"
 )
 
 // waitFor polls cond for up to a minute: generous, the machine is shared.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after a minute", what)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !poll.Until(time.Minute, 100*time.Millisecond, cond) {
+		t.Fatalf("%s: not after a minute", what)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 )
 
 // fakeProvider is a provider API on loopback (README.md, "Calls to providers") that records
@@ -154,12 +155,8 @@ func runCalls(t testing.TB, a *app.App, relays int) {
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll.Until(60*time.Second, 20*time.Millisecond, cond) {
+		t.Fatalf("%s: not within 60s", what)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/paysvc/paysvc/internal/endpoints"
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -93,24 +94,16 @@ func TestFanOutSIGKILLMidDelivery(t *testing.T) {
 	// writes them: due for their fan-out.
 	ids := insertDueEvents(t, d.Gorm, n, events.DeliveryNone, "ord_f")
 	want := n * len(paths)
-	deadline := time.Now().Add(60 * time.Second)
-	for received() < want/3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d deliveries within 60 s", received())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(60*time.Second, 5*time.Millisecond, func() bool { return received() >= want/3 }) {
+		t.Fatalf("only %d deliveries within 60 s", received())
 	}
 	claimed := d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE claim IS NOT NULL`)
 	procs[0].Kill(t)
 	t.Logf("fan-1 SIGKILLed after %d deliveries, %d claimed at that moment", received(), claimed)
 
-	deadline = time.Now().Add(90 * time.Second)
-	for d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`) < int64(want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries delivered within 90 s of the kill",
-				d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`) >= int64(want) }) {
+		t.Fatalf("%d of %d deliveries delivered within 90 s of the kill",
+			d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), want)
 	}
 	if n := d.Count(t, `SELECT COUNT(*) FROM deliveries`); n != int64(want) {
 		t.Errorf("%d deliveries, want one per (event, endpoint): %d", n, want)

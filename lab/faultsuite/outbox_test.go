@@ -9,6 +9,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/events"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -44,12 +45,8 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		startServe(t, "relay-3", d.DSN, env...),
 	}
 	insert()
-	deadline := time.Now().Add(60 * time.Second)
-	for received() < n/3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d deliveries within 60 s", received())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(60*time.Second, 5*time.Millisecond, func() bool { return received() >= n/3 }) {
+		t.Fatalf("only %d deliveries within 60 s", received())
 	}
 	claimed := d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE claim IS NOT NULL`)
 	procs[0].Kill(t)
@@ -57,13 +54,9 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 
 	// The dead relay's claims come due when their lease ends (2 s timeout
 	// + 10 s margin); the other two deliver them.
-	deadline = time.Now().Add(90 * time.Second)
-	for d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events delivered within 90 s of the kill",
-				d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`) >= n }) {
+		t.Fatalf("%d of %d events delivered within 90 s of the kill",
+			d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), n)
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()

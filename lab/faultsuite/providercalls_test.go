@@ -13,6 +13,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/poll"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -73,24 +74,16 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 		startServe(t, "calls-3", d.DSN, env...),
 	}
 	insert()
-	deadline := time.Now().Add(60 * time.Second)
 	// Each relay claims up to 64 calls at once: with more than two
 	// relays' worth in flight, every relay, the one killed too, has some.
-	for busy() <= 2*64 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d calls in flight within 60 s", busy())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !poll.Until(60*time.Second, 5*time.Millisecond, func() bool { return busy() > 2*64 }) {
+		t.Fatalf("only %d calls in flight within 60 s", busy())
 	}
 	claimed := d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE claim IS NOT NULL`)
 	procs[0].Kill(t)
 	t.Logf("calls-1 SIGKILLed after %d calls (%d in flight), %d calls claimed at that moment", made(), busy(), claimed)
-	deadline = time.Now().Add(90 * time.Second)
-	for d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d calls done within 90 s of the kill", d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`), n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`) >= n }) {
+		t.Fatalf("%d of %d calls done within 90 s of the kill", d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`), n)
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
