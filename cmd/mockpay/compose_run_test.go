@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/nats-io/nats.go"
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -176,7 +176,7 @@ func composeAddresses(t *testing.T, f composeFile) composeAddrs {
 	d := dbtest.NewEmpty(t)
 	user, password := dedicatedUser(t, d)
 	a.byService["mysql:3306"] = d.Config.Addr
-	a.byService["nats:4222"] = startNATS(t)
+	a.byService["nats:4222"] = natstest.Started(t).Addr
 	cfg, err := mysql.ParseDSN(f.Services["paysvc"].Environment["PAYSVC_DSN"])
 	if err != nil {
 		t.Fatalf("PAYSVC_DSN: %v", err)
@@ -343,30 +343,4 @@ func freeLoopback(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// startNATS starts a nats-server with JetStream of this test's own (the
-// stream and the durable consumer are shared by whoever uses a broker)
-// and returns its address.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	addr := freeLoopback(t)
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("nats-server", "-js", "-a", "127.0.0.1", "-p", port, "-sd", t.TempDir())
-	if err := testproc.Start(cmd); err != nil {
-		t.Fatalf("start nats-server (is it installed? scripts/ensure-nats.sh): %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		nc, err := nats.Connect("nats://" + addr)
-		if err == nil {
-			nc.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server on %s did not answer: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

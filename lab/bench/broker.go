@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/natsintake"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 )
 
 // Section (f): payment.succeeded callbacks through NATS JetStream against
@@ -64,38 +62,22 @@ func (p *natsProbe) Apply(ctx context.Context, provider string, h http.Header, b
 	return out, err
 }
 
-// startBroker runs nats-server -js on a free loopback port.
+// startBroker runs nats-server -js on a free loopback port, with a store
+// that stop removes.
 func startBroker(ctx context.Context) (url string, stop func(), err error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	dir, err := os.MkdirTemp("", "paysvc-bench-nats-")
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command("nats-server", "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
+	b, err := natstest.New(dir)
+	if err == nil {
+		err = b.Start(ctx)
+	}
+	if err != nil {
 		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("start nats-server (scripts/ensure-nats.sh installs it; -skip nats skips this section): %w", err)
+		return "", nil, fmt.Errorf("%w (-skip nats skips this section)", err)
 	}
-	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) }
-	url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			nc.Close()
-			return url, stop, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return "", nil, fmt.Errorf("nats-server did not answer on %s: %w", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return b.URL, func() { b.Kill(); os.RemoveAll(dir) }, nil
 }
 
 func (b *bench) brokerSection(ctx context.Context, svc *service, supply *orderSupply) ([]BrokerComparison, error) {

@@ -84,7 +84,7 @@ func newPrivateServer(ctx context.Context, parent, name string) (*privateServer,
 // only and the deferred stop shuts the server down cleanly.
 func (s *privateServer) start(ctx context.Context, mode serverMode) error {
 	if s.port == 0 {
-		p, err := freePort()
+		p, err := testproc.FreePort()
 		if err != nil {
 			return err
 		}
@@ -187,16 +187,6 @@ func (s *privateServer) createDatabase(ctx context.Context, dbName string) (*mys
 		return nil, fmt.Errorf("migrate %s on port %d: %w", dbName, s.port, err)
 	}
 	return cfg, nil
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // serverBinary finds a MariaDB program on PATH, else where Debian installs

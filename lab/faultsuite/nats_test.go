@@ -3,9 +3,6 @@ package faultsuite
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -17,37 +14,10 @@ import (
 	"github.com/paysvc/paysvc/internal/reconcile"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
-	"github.com/paysvc/paysvc/lab/kit/testproc"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 )
 
 const natsSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-// startNATS runs a nats-server -js of this test on a free port.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("nats-server", "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", t.TempDir())
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := testproc.Start(cmd); err != nil {
-		t.Fatalf("start nats-server (scripts/ensure-nats.sh installs it): %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if nc, err := nats.Connect(url); err == nil {
-			nc.Close()
-			return url
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server on %d did not answer", port)
-		}
-	}
-}
 
 // TestNATSConsumerSIGKILL: a `paysvc serve` consuming provider events from
 // JetStream (every event published twice) is SIGKILLed while it applies
@@ -59,7 +29,7 @@ func TestNATSConsumerSIGKILL(t *testing.T) {
 	t.Parallel()
 	const n = 100
 	d := dbtest.New(t)
-	url := startNATS(t)
+	url := natstest.Started(t).URL
 	now := time.Now().UTC()
 	for i := range n {
 		no := fmt.Sprintf("ord_nk_%03d", i)

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +28,7 @@ import (
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 )
 
 const (
@@ -39,69 +38,6 @@ const (
 	merchant  = "acme"
 )
 
-// broker is a nats-server -js of one test: its own free port and store
-// directory, so tests run in parallel and one may kill and restart it.
-type broker struct {
-	t    testing.TB
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	URL  string
-}
-
-func newBroker(t testing.TB) *broker {
-	t.Helper()
-	b := newStoppedBroker(t)
-	b.start()
-	return b
-}
-
-// newStoppedBroker is a broker whose port and store are chosen but which is
-// not started yet.
-func newStoppedBroker(t testing.TB) *broker {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	b := &broker{t: t, port: port, dir: t.TempDir(), URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	t.Cleanup(b.kill)
-	return b
-}
-
-func (b *broker) start() {
-	b.t.Helper()
-	b.cmd = exec.Command("nats-server", "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(b.port), "-sd", b.dir)
-	b.cmd.Stdout, b.cmd.Stderr = io.Discard, io.Discard
-	if err := b.cmd.Start(); err != nil {
-		b.t.Fatalf("start nats-server (is it installed? scripts/ensure-nats.sh): %v", err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		nc, err := nats.Connect(b.URL)
-		if err == nil {
-			nc.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("nats-server on %d did not answer: %v", b.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill SIGKILLs the broker: what it had not written to its store is lost,
-// as in a crash.
-func (b *broker) kill() {
-	if b.cmd != nil && b.cmd.Process != nil {
-		_ = b.cmd.Process.Kill()
-		_ = b.cmd.Wait()
-		b.cmd = nil
-	}
-}
-
 // env is paysvc over a fresh database, its HTTP handler served, and a
 // publisher on the test's broker.
 type env struct {
@@ -109,7 +45,7 @@ type env struct {
 	d      *dbtest.DB
 	a      *app.App
 	url    string
-	b      *broker
+	b      *natstest.Broker
 	secret webhooks.Secret
 	js     jetstream.JetStream
 	ids    atomic.Int64
@@ -136,7 +72,7 @@ func newEnvConfig(t testing.TB, opts app.Options, edit func(*config.Config)) *en
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBroker(t)
+	b := natstest.Started(t)
 	nc, err := nats.Connect(b.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -229,10 +229,10 @@ func TestBrokerRestartMidStream(t *testing.T) {
 		}
 	})
 	e.waitFor("a third of the events acked", time.Minute, func() bool { return e.messages("acked") >= n/3 })
-	e.b.kill()
+	e.b.Kill()
 	t.Logf("broker killed after %d acks", e.messages("acked"))
 	time.Sleep(500 * time.Millisecond)
-	e.b.start()
+	e.b.StartOrFail(t)
 	wg.Wait()
 	e.waitFor("every order paid", 90*time.Second, func() bool {
 		return e.d.Count(t, `SELECT COUNT(*) FROM orders WHERE status = 'PAID'`) == n

@@ -12,6 +12,7 @@ import (
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/natsintake"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -64,7 +65,7 @@ func (noApply) Apply(context.Context, string, http.Header, []byte) (callbacks.Ou
 // and its return; the consumer's own close at shutdown is no warning.
 func TestIntakeReportsItsConnection(t *testing.T) {
 	t.Parallel()
-	b := newStoppedBroker(t)
+	b := natstest.Stopped(t)
 	var logs logBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,17 +80,17 @@ func TestIntakeReportsItsConnection(t *testing.T) {
 	if l := logs.lines(t)[i]; l["level"] != "WARN" || l["servers"] != host || !strings.Contains(l["err"].(string), "refused") {
 		t.Errorf("not-reachable line %v, want a WARN naming %s and the refusal", l, host)
 	}
-	b.start()
+	b.StartOrFail(t)
 	i = logs.waitFor(t, i, "nats connected")
 	if l := logs.lines(t)[i]; l["level"] != "INFO" || !strings.Contains(l["server"].(string), host) {
 		t.Errorf("connected line %v", l)
 	}
-	b.kill()
+	b.Kill()
 	i = logs.waitFor(t, i, "nats disconnected; reconnecting")
 	if l := logs.lines(t)[i]; l["level"] != "WARN" {
 		t.Errorf("disconnected line %v", l)
 	}
-	b.start()
+	b.StartOrFail(t)
 	i = logs.waitFor(t, i, "nats reconnected")
 	if l := logs.lines(t)[i]; l["down_for"] == "" {
 		t.Errorf("reconnected line %v lacks how long the broker was away", l)

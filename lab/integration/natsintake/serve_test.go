@@ -20,6 +20,7 @@ import (
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/natstest"
 )
 
 // TestServeWithBrokerDown: serve with PAYSVC_NATS_URL pointing at a broker
@@ -28,7 +29,7 @@ import (
 func TestServeWithBrokerDown(t *testing.T) {
 	t.Parallel()
 	d := dbtest.New(t)
-	b := newStoppedBroker(t)
+	b := natstest.Stopped(t)
 	cfg := config.Defaults()
 	cfg.DSN, cfg.NATSURL = d.DSN, b.URL
 	cfg.APIKeys = map[string]string{apiKey: merchant}
@@ -57,7 +58,7 @@ func TestServeWithBrokerDown(t *testing.T) {
 	e := &env{t: t, d: d, a: a, url: base, b: b}
 	o := e.createOrder("served", 990)
 
-	b.start()
+	b.StartOrFail(t)
 	nc, err := nats.Connect(b.URL)
 	if err != nil {
 		t.Fatal(err)
