@@ -158,36 +158,19 @@ func dbState(d *dbtest.DB) string {
 	var b strings.Builder
 	dumpRows := func(title, query string, args ...any) {
 		fmt.Fprintf(&b, "%s:\n", title)
-		rows, err := d.Gorm.WithContext(ctx).Raw(query, args...).Rows()
+		cols, rows, err := d.Select(ctx, query, args...)
 		if err != nil {
 			fmt.Fprintf(&b, "  (%v)\n", err)
 			return
 		}
-		defer rows.Close()
-		cols, _ := rows.Columns()
-		n := 0
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				fmt.Fprintf(&b, "  (%v)\n", err)
-				return
-			}
+		for _, vals := range rows {
 			parts := make([]string, len(cols))
 			for i, c := range cols {
-				v := vals[i]
-				if bs, ok := v.([]byte); ok {
-					v = string(bs)
-				}
-				parts[i] = fmt.Sprintf("%s=%v", c, v)
+				parts[i] = fmt.Sprintf("%s=%v", c, vals[i])
 			}
 			fmt.Fprintf(&b, "  %s\n", strings.Join(parts, " "))
-			n++
 		}
-		if n == 0 {
+		if len(rows) == 0 {
 			b.WriteString("  (none)\n")
 		}
 	}

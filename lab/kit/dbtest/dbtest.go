@@ -212,36 +212,48 @@ func (d *DB) RowsRead(t testing.TB, fn func(pool *gorm.DB)) int64 {
 // stored, say).
 func (d *DB) Rows(t testing.TB, query string, args ...any) []map[string]any {
 	t.Helper()
-	rows, err := db.Query(context.Background(), d.Gorm, query, args...)
+	cols, rows, err := d.Select(context.Background(), query, args...)
 	if err != nil {
 		t.Fatalf("dbtest: %s: %v", query, err)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		t.Fatalf("dbtest: %s: %v", query, err)
+	out := make([]map[string]any, 0, len(rows))
+	for _, vals := range rows {
+		row := make(map[string]any, len(cols))
+		for i, v := range vals {
+			row[cols[i]] = v
+		}
+		out = append(out, row)
 	}
-	var out []map[string]any
-	for rows.Next() {
+	return out
+}
+
+// Select runs query and returns its columns and its rows in their order,
+// []byte values turned into strings. Its error is returned, not fatal, for
+// the reports a watchdog writes from a goroutine of its own.
+func (d *DB) Select(ctx context.Context, query string, args ...any) (cols []string, rows [][]any, err error) {
+	err = db.EachRow(ctx, d.Gorm, func(r *sql.Rows) error {
+		if cols == nil {
+			c, err := r.Columns()
+			if err != nil {
+				return err
+			}
+			cols = c
+		}
 		vals := make([]any, len(cols))
 		ptrs := make([]any, len(cols))
 		for i := range vals {
 			ptrs[i] = &vals[i]
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatalf("dbtest: %s: %v", query, err)
+		if err := r.Scan(ptrs...); err != nil {
+			return err
 		}
-		row := make(map[string]any, len(cols))
 		for i, v := range vals {
 			if raw, ok := v.([]byte); ok {
-				v = string(raw)
+				vals[i] = string(raw)
 			}
-			row[cols[i]] = v
 		}
-		out = append(out, row)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("dbtest: %s: %v", query, err)
-	}
-	return out
+		rows = append(rows, vals)
+		return nil
+	}, query, args...)
+	return cols, rows, err
 }
