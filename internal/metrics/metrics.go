@@ -57,86 +57,62 @@ type Metrics struct {
 // New registers the collectors, plus Go and process collectors, on a new
 // registry.
 func New() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		IdempotencyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paysvc_idempotency_requests_total",
-			Help: "Idempotent requests by endpoint (route template) and outcome.",
-		}, []string{"endpoint", "outcome"}),
-		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paysvc_callbacks_total",
-			Help: "Provider callbacks by provider, event type and result.",
-		}, []string{"provider", "type", "result"}),
-		Purged: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paysvc_idempotency_purged_total",
-			Help: "Expired idempotency records deleted by purge.",
-		}),
-		HTTPDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "paysvc_http_request_duration_seconds",
-			Help:    "HTTP request duration by method, route template and status code.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"method", "route", "code"}),
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		reg.MustRegister(c)
+		return c
 	}
-	m.NATSMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paysvc_nats_messages_total",
-		Help: "Messages of the NATS JetStream intake by result (acked, nacked, terminated).",
-	}, []string{"result"})
-	m.Registry.MustRegister(m.NATSMessages)
-	m.RedisPrecheck = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paysvc_redis_precheck_total",
-		Help: "Redis pre-checks of merchant requests by result: replayed, in_flight, miss, error.",
-	}, []string{"result"})
-	m.Registry.MustRegister(m.RedisPrecheck)
-	m.Registry.MustRegister(m.IdempotencyRequests, m.Callbacks, m.Purged, m.HTTPDuration,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.NotifyAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paysvc_notify_attempts_total",
-		Help: "Merchant notification attempts by result (delivered, failed).",
-	}, []string{"result"})
-	m.NotifyExhausted = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "paysvc_notify_exhausted_total",
-		Help: "Events whose delivery failed after the last retry of the schedule.",
-	})
-	m.OutboxPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "paysvc_outbox_pending",
-		Help: "Events awaiting a delivery.",
-	})
-	m.OutboxOldestPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "paysvc_outbox_oldest_pending_seconds",
-		Help: "Age of the oldest event awaiting a delivery; 0 when none is.",
-	})
-	m.EndpointsDisabled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "paysvc_endpoints_disabled_total",
-		Help: "Webhook endpoints disabled because every attempt failed for PAYSVC_ENDPOINT_DISABLE_AFTER.",
-	})
-	m.Registry.MustRegister(m.NotifyAttempts, m.NotifyExhausted, m.OutboxPending, m.OutboxOldestPending, m.EndpointsDisabled)
-	// Both results exist from the start, so a rate over them is defined.
-	m.NotifyAttempts.WithLabelValues("delivered")
-	m.NotifyAttempts.WithLabelValues("failed")
-	m.SweepOrders = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paysvc_sweep_orders_total",
-		Help: "Overdue orders swept, by result (closed, recovered, deferred).",
-	}, []string{"result"})
-	m.Registry.MustRegister(m.SweepOrders)
-	for _, r := range []string{"closed", "recovered", "deferred"} {
-		m.SweepOrders.WithLabelValues(r)
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		reg.MustRegister(g)
+		return g
 	}
-	m.APIKeyLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paysvc_api_key_lookups_total",
-		Help: "Database reads of API keys not cached, by result (found, unknown, error).",
-	}, []string{"result"})
-	m.Registry.MustRegister(m.APIKeyLookups)
-	for _, r := range []string{"found", "unknown", "error"} {
-		m.APIKeyLookups.WithLabelValues(r)
+	// The values of a one-label counter that are given exist from the
+	// start, at zero, so a rate over them is defined before the first one.
+	counterVec := func(name, help string, labels []string, values ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		for _, v := range values {
+			c.WithLabelValues(v)
+		}
+		return c
 	}
-	m.RequestLogWritten = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "paysvc_request_log_written_total",
-		Help: "Rows written to the request log.",
-	})
-	m.RequestLogDropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "paysvc_request_log_dropped_total",
-		Help: "Rows of the request log lost: its queue was full or their INSERT failed.",
-	})
-	m.Registry.MustRegister(m.RequestLogWritten, m.RequestLogDropped)
-	return m
+	result := []string{"result"}
+	httpDuration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "paysvc_http_request_duration_seconds",
+		Help:    "HTTP request duration by method, route template and status code.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"method", "route", "code"})
+	reg.MustRegister(httpDuration)
+	return &Metrics{
+		Registry:     reg,
+		HTTPDuration: httpDuration,
+		IdempotencyRequests: counterVec("paysvc_idempotency_requests_total",
+			"Idempotent requests by endpoint (route template) and outcome.", []string{"endpoint", "outcome"}),
+		Callbacks: counterVec("paysvc_callbacks_total",
+			"Provider callbacks by provider, event type and result.", []string{"provider", "type", "result"}),
+		Purged: counter("paysvc_idempotency_purged_total", "Expired idempotency records deleted by purge."),
+		NATSMessages: counterVec("paysvc_nats_messages_total",
+			"Messages of the NATS JetStream intake by result (acked, nacked, terminated).", result),
+		RedisPrecheck: counterVec("paysvc_redis_precheck_total",
+			"Redis pre-checks of merchant requests by result: replayed, in_flight, miss, error.", result),
+		NotifyAttempts: counterVec("paysvc_notify_attempts_total",
+			"Merchant notification attempts by result (delivered, failed).", result, "delivered", "failed"),
+		NotifyExhausted: counter("paysvc_notify_exhausted_total",
+			"Events whose delivery failed after the last retry of the schedule."),
+		OutboxPending: gauge("paysvc_outbox_pending", "Events awaiting a delivery."),
+		OutboxOldestPending: gauge("paysvc_outbox_oldest_pending_seconds",
+			"Age of the oldest event awaiting a delivery; 0 when none is."),
+		EndpointsDisabled: counter("paysvc_endpoints_disabled_total",
+			"Webhook endpoints disabled because every attempt failed for PAYSVC_ENDPOINT_DISABLE_AFTER."),
+		SweepOrders: counterVec("paysvc_sweep_orders_total",
+			"Overdue orders swept, by result (closed, recovered, deferred).", result, "closed", "recovered", "deferred"),
+		APIKeyLookups: counterVec("paysvc_api_key_lookups_total",
+			"Database reads of API keys not cached, by result (found, unknown, error).", result, "found", "unknown", "error"),
+		RequestLogWritten: counter("paysvc_request_log_written_total", "Rows written to the request log."),
+		RequestLogDropped: counter("paysvc_request_log_dropped_total",
+			"Rows of the request log lost: its queue was full or their INSERT failed."),
+	}
 }
