@@ -187,19 +187,13 @@ func (p *parser) object(depth int) (any, *SyntaxError) {
 			return nil, err
 		}
 		m[k] = v
-		p.skipWS()
-		if p.i < len(p.b) {
-			switch p.b[p.i] {
-			case ',':
-				p.i++
-				p.skipWS()
-				continue
-			case '}':
-				p.i++
-				return m, nil
-			}
+		last, ok := p.separator('}')
+		if !ok {
+			return nil, p.unexpected("',' or '}' after object value")
 		}
-		return nil, p.unexpected("',' or '}' after object value")
+		if last {
+			return m, nil
+		}
 	}
 }
 
@@ -221,20 +215,42 @@ func (p *parser) array(depth int) (any, *SyntaxError) {
 			return nil, err
 		}
 		a = append(a, v)
-		p.skipWS()
-		if p.i < len(p.b) {
-			switch p.b[p.i] {
-			case ',':
-				p.i++
-				p.skipWS()
-				continue
-			case ']':
-				p.i++
-				return a, nil
-			}
+		last, ok := p.separator(']')
+		if !ok {
+			return nil, p.unexpected("',' or ']' after array element")
 		}
-		return nil, p.unexpected("',' or ']' after array element")
+		if last {
+			return a, nil
+		}
 	}
+}
+
+// separator reads what follows an object's member or an array's element:
+// ',' before the next one, or the closing bracket after the last (last is
+// true). ok is false, and nothing is read, for anything else.
+func (p *parser) separator(closing byte) (last, ok bool) {
+	p.skipWS()
+	if p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ',':
+			p.i++
+			p.skipWS()
+			return false, true
+		case closing:
+			p.i++
+			return true, true
+		}
+	}
+	return false, false
+}
+
+// skipDigits returns the index of the first byte at or after i that is not
+// a decimal digit.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 func (p *parser) number() (any, *SyntaxError) {
@@ -249,19 +265,13 @@ func (p *parser) number() (any, *SyntaxError) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i)
 	default:
 		return bad()
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = skipDigits(b, d); i == d {
 			return bad()
 		}
 	}
@@ -271,10 +281,7 @@ func (p *parser) number() (any, *SyntaxError) {
 			i++
 		}
 		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = skipDigits(b, d); i == d {
 			return bad()
 		}
 	}
