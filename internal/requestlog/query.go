@@ -11,19 +11,11 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 )
 
-// Row is one row of the log as the queries read it.
+// Row is one row of the log as the queries read it: its id and the entry
+// written (OrderFrom is never read back: the writer resolved it to OrderNo).
 type Row struct {
-	ID          int64
-	At          time.Time
-	Kind        Kind
-	MerchantID  string
-	Provider    string
-	OrderNo     string
-	Key         string
-	Outcome     Outcome
-	Status      int
-	Result      string
-	Fingerprint [8]byte
+	ID int64
+	Entry
 }
 
 // MaxLimit bounds the rows of one ForOrder page.

@@ -137,23 +137,22 @@ func (w *Writer) run() {
 			buf = buf[:0]
 		}
 	}
+	add := func(e Entry) {
+		if buf = append(buf, e); len(buf) == w.opts.Batch {
+			flush()
+		}
+	}
 	for {
 		select {
 		case e := <-w.queue:
-			buf = append(buf, e)
-			if len(buf) == w.opts.Batch {
-				flush()
-			}
+			add(e)
 		case <-t.C:
 			flush()
 		case <-w.stop:
 			for {
 				select {
 				case e := <-w.queue:
-					buf = append(buf, e)
-					if len(buf) == w.opts.Batch {
-						flush()
-					}
+					add(e)
 				default:
 					flush()
 					return
