@@ -59,29 +59,17 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		)
 		switch name {
 		case NameCheckThenInsert:
-			var r CheckThenInsertResult
-			r, err = RunCheckThenInsert(ctx, dsn, DefaultCheckThenInsert(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunCheckThenInsert(ctx, dsn, DefaultCheckThenInsert(), logf))
 		case NameCommitOrder:
-			var r CommitOrderResult
-			r, err = RunCommitOrder(ctx, dsn, DefaultCommitOrder(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunCommitOrder(ctx, dsn, DefaultCommitOrder(), logf))
 		case NameWindow:
-			var r WindowResult
-			r, err = RunWindow(ctx, dsn, DefaultWindow(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunWindow(ctx, dsn, DefaultWindow(), logf))
 		case NameClaimStyles:
-			var r ClaimStylesResult
-			r, err = RunClaimStyles(ctx, dsn, DefaultClaimStyles(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunClaimStyles(ctx, dsn, DefaultClaimStyles(), logf))
 		case NamePartition:
-			var r PartitionResult
-			r, err = RunPartition(ctx, dsn, DefaultPartition(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunPartition(ctx, dsn, DefaultPartition(), logf))
 		case NameKeyLayout:
-			var r KeyLayoutResult
-			r, err = RunKeyLayout(ctx, dsn, DefaultKeyLayout(), logf)
-			table = r.Markdown()
+			table, err = markdown(RunKeyLayout(ctx, dsn, DefaultKeyLayout(), logf))
 		}
 		if err != nil {
 			return fmt.Errorf("experiment %s: %w", name, err)
@@ -90,6 +78,14 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		logf("experiment %s: done in %.1f s", name, time.Since(start).Seconds())
 	}
 	return nil
+}
+
+// markdown is an experiment's table, or its error.
+func markdown[R interface{ Markdown() string }](r R, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return r.Markdown(), nil
 }
 
 // environment describes where the tables are measured: server version,
