@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +64,71 @@ func postCreate(ctx context.Context, hc *http.Client, baseURL, key string, req c
 		return answer{}, err
 	}
 	return answerOf(got), nil
+}
+
+// failures reports the first max failures of a check over many keys in
+// full and counts the rest, so that one systematic fault does not bury the
+// log.
+type failures struct {
+	t   testing.TB
+	max int
+	n   int
+}
+
+func (f *failures) add(format string, args ...any) {
+	f.t.Helper()
+	if f.n++; f.n <= f.max {
+		f.t.Errorf(format, args...)
+	}
+}
+
+// total reports how many there were in all, when some were left out.
+func (f *failures) total() {
+	f.t.Helper()
+	if f.n > f.max {
+		f.t.Errorf("... %d failures in all", f.n)
+	}
+}
+
+// final is one key's last answer once retried to the end, with every answer
+// it got, the last one last.
+type final struct {
+	a     answer
+	trace []answer
+	err   error
+}
+
+// createAllUntilFinal runs createUntilFinal for keys 0..keys-1 (keyOf and
+// bodyOf name each one's key and body) on workers goroutines at once.
+func createAllUntilFinal(ctx context.Context, hc *http.Client, baseURL string, keys, workers int,
+	keyOf func(int) string, bodyOf func(int) client.CreateOrderRequest) []final {
+	finals := make([]final, keys)
+	eachKey(keys, workers, func(k int) {
+		f := &finals[k]
+		f.a, f.trace, f.err = createUntilFinal(ctx, hc, baseURL, keyOf(k), bodyOf(k))
+	})
+	return finals
+}
+
+// eachKey calls do for keys 0..keys-1 on workers goroutines and returns
+// when every call has.
+func eachKey(keys, workers int, do func(k int)) {
+	work := make(chan int)
+	go func() {
+		defer close(work)
+		for k := range keys {
+			work <- k
+		}
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := range work {
+				do(k)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // createUntilFinal is the merchant client's create, retried until a final

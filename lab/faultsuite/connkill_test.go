@@ -58,43 +58,16 @@ func TestDBConnectionKilled(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	type final struct {
-		a     answer
-		trace []answer
-		err   error
-	}
-	finals := make([]final, keys)
-	work := make(chan int)
-	go func() {
-		defer close(work)
-		for k := range keys {
-			work <- k
-		}
-	}()
 	stall := watchdog(t, d, "the load under kills", 15*time.Second)
 	began := time.Now()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for k := range work {
-				f := &finals[k]
-				f.a, f.trace, f.err = createUntilFinal(ctx, keepAliveClient, svc.URL, keyOf(k), bodyOf(k))
-			}
-		})
-	}
-	wg.Wait()
+	finals := createAllUntilFinal(ctx, keepAliveClient, svc.URL, keys, workers, keyOf, bodyOf)
 	loadTook := time.Since(began)
 	stall()
 	stopKiller()
 	ks := kl.stats()
 
 	var all tally
-	failed := 0
-	fail := func(format string, args ...any) {
-		if failed++; failed <= 8 {
-			t.Errorf(format, args...)
-		}
-	}
+	fails := &failures{t: t, max: 8}
 	answered := map[string]string{}
 	committedBut5xx, example := 0, ""
 	for k, f := range finals {
@@ -103,14 +76,14 @@ func TestDBConnectionKilled(t *testing.T) {
 		seen.add(f.trace...)
 		switch {
 		case f.err != nil:
-			fail("key %s: %v", keyOf(k), f.err)
+			fails.add("key %s: %v", keyOf(k), f.err)
 		case f.a.Status != http.StatusCreated:
-			fail("key %s: final answer %v, want 201", keyOf(k), f.a)
+			fails.add("key %s: final answer %v, want 201", keyOf(k), f.a)
 		case f.a.Replayed && seen.serverErrors == 0:
 			// Only this client sends this key: a stored answer it never
 			// got must belong to one of its own attempts, which then
 			// committed but was answered 5xx.
-			fail("key %s: replayed without any earlier 5xx: %v", keyOf(k), f.trace)
+			fails.add("key %s: replayed without any earlier 5xx: %v", keyOf(k), f.trace)
 		default:
 			if f.a.Replayed {
 				if committedBut5xx++; example == "" {
@@ -126,9 +99,7 @@ func TestDBConnectionKilled(t *testing.T) {
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
-	if failed > 8 {
-		t.Errorf("... %d failures in all", failed)
-	}
+	fails.total()
 	releaseFailed := len(svc.LogLines(releaseFailedMsg))
 	t.Logf("%d creates (%d at a time) in %v under %d KILLs every %v: %d of a connection mid-transaction, %d mid-statement (outside a transaction), %d idle in the pool; %d victims gone before the KILL",
 		keys, workers, loadTook.Round(time.Millisecond), ks.kills, killTick, ks.inTrx, ks.busy, ks.idle, ks.gone)

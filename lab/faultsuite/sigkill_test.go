@@ -69,45 +69,32 @@ func TestSIGKILLMidBurst(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	work := make(chan int)
-	go func() {
-		defer close(work)
-		for k := range keys {
-			work <- k
+	eachKey(keys, workers, func(k int) {
+		mu.Lock()
+		if killed {
+			mu.Unlock()
+			return // notSent
 		}
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for k := range work {
-				mu.Lock()
-				if killed {
-					mu.Unlock()
-					continue // notSent
-				}
-				inFlight[k] = true
-				mu.Unlock()
-				a, err := postCreate(ctx, noKeepAliveClient, victim.URL, keyOf(k), bodyOf(k))
-				mu.Lock()
-				delete(inFlight, k)
-				switch {
-				case err == nil:
-					firsts[k] = first{state: answered, a: a}
-					responses++
-				case errors.Is(err, syscall.ECONNREFUSED):
-					firsts[k] = first{state: refused, err: err}
-				default:
-					firsts[k] = first{state: unknown, err: err}
-				}
-				killNow := err == nil && responses == killAfter
-				mu.Unlock()
-				if killNow {
-					kill()
-				}
-			}
-		})
-	}
-	wg.Wait()
+		inFlight[k] = true
+		mu.Unlock()
+		a, err := postCreate(ctx, noKeepAliveClient, victim.URL, keyOf(k), bodyOf(k))
+		mu.Lock()
+		delete(inFlight, k)
+		switch {
+		case err == nil:
+			firsts[k] = first{state: answered, a: a}
+			responses++
+		case errors.Is(err, syscall.ECONNREFUSED):
+			firsts[k] = first{state: refused, err: err}
+		default:
+			firsts[k] = first{state: unknown, err: err}
+		}
+		killNow := err == nil && responses == killAfter
+		mu.Unlock()
+		if killNow {
+			kill()
+		}
+	})
 	if !killed {
 		t.Fatalf("only %d answers from the first process, never killed it (want %d before the kill)", responses, killAfter)
 	}
@@ -141,49 +128,23 @@ func TestSIGKILLMidBurst(t *testing.T) {
 	// and same body, until it gets a 201.
 	heir := startServe(t, "serve-B (new)", d.DSN, leaseEnv)
 	readyAfter := time.Since(killedAt)
-	type final struct {
-		a     answer
-		trace []answer
-		err   error
-	}
-	finals := make([]final, keys)
 	stall := watchdog(t, d, "the retries after the kill", 10*time.Second)
-	work2 := make(chan int)
-	go func() {
-		defer close(work2)
-		for k := range keys {
-			work2 <- k
-		}
-	}()
-	for range workers {
-		wg.Go(func() {
-			for k := range work2 {
-				f := &finals[k]
-				f.a, f.trace, f.err = createUntilFinal(ctx, keepAliveClient, heir.URL, keyOf(k), bodyOf(k))
-			}
-		})
-	}
-	wg.Wait()
+	finals := createAllUntilFinal(ctx, keepAliveClient, heir.URL, keys, workers, keyOf, bodyOf)
 	allFinal := time.Since(killedAt)
 	stall()
 
 	var all tally
-	failed := 0
-	fail := func(format string, args ...any) {
-		if failed++; failed <= 8 {
-			t.Errorf(format, args...)
-		}
-	}
+	fails := &failures{t: t, max: 8}
 	finalOrders := map[string]string{}
 	unknownReplayed, unknownRan, unknownWith409, replayedFinals := 0, 0, 0, 0
 	for k, f := range finals {
 		all.add(f.trace...)
 		if f.err != nil {
-			fail("retry of key %s: %v", keyOf(k), f.err)
+			fails.add("retry of key %s: %v", keyOf(k), f.err)
 			continue
 		}
 		if f.a.Status != 201 {
-			fail("retry of key %s: final answer %v, want 201", keyOf(k), f.a)
+			fails.add("retry of key %s: final answer %v, want 201", keyOf(k), f.a)
 			continue
 		}
 		o := f.a.Order()
@@ -198,13 +159,13 @@ func TestSIGKILLMidBurst(t *testing.T) {
 		case answered:
 			// The very same bytes the dead process answered.
 			if !f.a.Replayed || !bytes.Equal(f.a.Body, before.a.Body) || f.a.Location != before.a.Location {
-				fail("key %s: answered %v before the kill, %v after", keyOf(k), before.a, f.a)
+				fails.add("key %s: answered %v before the kill, %v after", keyOf(k), before.a, f.a)
 			}
 		case refused, notSent:
 			// Nothing ran: the new process executes it, at once (unless
 			// the environment made it fail and stick, see below).
 			if f.a.Replayed || (seen.inUse > 0 && seen.serverErrors == 0) {
-				fail("key %s never reached the dead process, but its retries got %v", keyOf(k), f.trace)
+				fails.add("key %s never reached the dead process, but its retries got %v", keyOf(k), f.trace)
 			}
 		case unknown:
 			if f.a.Replayed {
@@ -217,9 +178,7 @@ func TestSIGKILLMidBurst(t *testing.T) {
 			}
 		}
 	}
-	if failed > 8 {
-		t.Errorf("... %d failures in all", failed)
-	}
+	fails.total()
 
 	m := idempotencyMetrics(t, heir)
 	t.Logf("after the kill: new process ready %v after the SIGKILL, every key final %v after it; retries: %v",

@@ -67,7 +67,7 @@ func TestMultiProcessStorm(t *testing.T) {
 	stall()
 
 	var all tally
-	failed := 0
+	fails := &failures{t: t, max: 5}
 	answered := map[string]string{}
 	for k := range keys {
 		firsts := 0
@@ -75,15 +75,11 @@ func TestMultiProcessStorm(t *testing.T) {
 		for i, r := range results[k] {
 			all.add(r.trace...)
 			if r.err != nil {
-				if failed++; failed <= 5 {
-					t.Errorf("key %d, duplicate %d (%s): %v", k, i, procs[(k+i)%nprocs].Name, r.err)
-				}
+				fails.add("key %d, duplicate %d (%s): %v", k, i, procs[(k+i)%nprocs].Name, r.err)
 				continue
 			}
 			if r.final.Status != 201 {
-				if failed++; failed <= 5 {
-					t.Errorf("key %d, duplicate %d (%s): final answer %v, want 201", k, i, procs[(k+i)%nprocs].Name, r.final)
-				}
+				fails.add("key %d, duplicate %d (%s): final answer %v, want 201", k, i, procs[(k+i)%nprocs].Name, r.final)
 				continue
 			}
 			if r.final.First() {
@@ -94,24 +90,18 @@ func TestMultiProcessStorm(t *testing.T) {
 				continue
 			}
 			if !bytes.Equal(r.final.Body, want.Body) || r.final.Location != want.Location {
-				if failed++; failed <= 5 {
-					t.Errorf("key %d: duplicates answered differently:\n  %v (Location %q)\n  %v (Location %q)",
-						k, want, want.Location, r.final, r.final.Location)
-				}
+				fails.add("key %d: duplicates answered differently:\n  %v (Location %q)\n  %v (Location %q)",
+					k, want, want.Location, r.final, r.final.Location)
 			}
 		}
 		if firsts != 1 {
-			if failed++; failed <= 5 {
-				t.Errorf("key %d: %d non-replayed 201s among its %d duplicates, want exactly 1", k, firsts, duplicates)
-			}
+			fails.add("key %d: %d non-replayed 201s among its %d duplicates, want exactly 1", k, firsts, duplicates)
 		}
 		if o := want.Order(); o.OrderNo != "" {
 			answered[o.MerchantOrderNo] = o.OrderNo
 		}
 	}
-	if failed > 5 {
-		t.Errorf("... %d failures in all", failed)
-	}
+	fails.total()
 
 	sum := map[string]float64{}
 	perProc := ""

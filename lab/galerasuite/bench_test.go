@@ -53,10 +53,7 @@ func BenchmarkClusterVsOneNode(b *testing.B) {
 		}
 		b.Logf("%-9s %-9s %8s %8s %8s %10s %8s %6s %9s", "setup", "workload", "req/s", "p50 ms", "p99 ms", "p99 all ms", "retried", "503s", "conflicts")
 		for _, s := range setups {
-			procs := make([]*testproc.Serve, nodes)
-			for i := range procs {
-				procs[i] = startServe(b, fmt.Sprintf("%s-%d", s.name, i), s.dsns[i])
-			}
+			procs := serveEach(b, s.name, s.dsns)
 			before := wsrepStats(b)
 			orders := benchLoad(b, s.name, "create", procs, before, func(worker, n int) request {
 				key := fmt.Sprintf("%s-w%02d-%05d", s.name, worker, n)

@@ -160,6 +160,22 @@ func (r *recorder) String() string {
 		r.slowest.Round(time.Millisecond), r.retried, r.final, r.transport)
 }
 
+// sendUnavailable sends r to instance i, records the answer, and fails the
+// test unless it is 503 unavailable: what an instance answers whose node is
+// gone or cut off (state says which, for the message).
+func sendUnavailable(ctx context.Context, t testing.TB, procs []*testproc.Serve, i int, r request, rec *recorder, state string) {
+	t.Helper()
+	a, err := send(ctx, procs[i].URL, r)
+	if err != nil {
+		t.Fatalf("serve-%d %s: %v", i, state, err)
+	}
+	a.Instance = i
+	rec.add(a)
+	if a.Status != http.StatusServiceUnavailable || a.Code != "unavailable" {
+		t.Errorf("serve-%d %s: %v, want 503 unavailable", i, state, a)
+	}
+}
+
 // untilFinal sends r to procs[start] and retries 409 in flight and 503
 // after their Retry-After (jittered up to a fifth more, so that the
 // duplicates of one key do not come back in step). With moveOn503, a 503

@@ -25,10 +25,7 @@ const answerLimit = 12 * time.Second
 // package documentation.
 func TestGaleraGuarantees(t *testing.T) {
 	c := newCluster(t)
-	procs := make([]*testproc.Serve, nodes)
-	for i := range procs {
-		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), c.dsn[i], "PAYSVC_IDEMPOTENCY_LEASE=10s")
-	}
+	procs := serveEach(t, "serve", c.dsn, "PAYSVC_IDEMPOTENCY_LEASE=10s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	before := wsrepStats(t)

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 // TestGaleraPartition: node 2 is cut off from the other two (gmcast.isolate:
@@ -26,11 +24,7 @@ func TestGaleraPartition(t *testing.T) {
 		keys    = 30
 	)
 	c := newCluster(t)
-	procs := make([]*testproc.Serve, nodes)
-	for i := range procs {
-		procs[i] = startServe(t, fmt.Sprintf("serve-%d", i), c.dsn[i],
-			"PAYSVC_IDEMPOTENCY_LEASE=3s", "PAYSVC_REQUEST_TIMEOUT="+timeout.String())
-	}
+	procs := serveEach(t, "serve", c.dsn, "PAYSVC_IDEMPOTENCY_LEASE=3s", "PAYSVC_REQUEST_TIMEOUT="+timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	isolate := func(on int) {
@@ -64,15 +58,7 @@ func TestGaleraPartition(t *testing.T) {
 	for k := range keys {
 		r := createRequest(fmt.Sprintf("part-%03d", k), fmt.Sprintf("mo-part-%03d", k), 1000+k)
 		if k%nodes == cut {
-			a, err := send(ctx, procs[cut].URL, r)
-			if err != nil {
-				t.Fatalf("serve-%d cut off: %v", cut, err)
-			}
-			a.Instance = cut
-			rec.add(a)
-			if a.Status != http.StatusServiceUnavailable || a.Code != "unavailable" {
-				t.Errorf("serve-%d cut off: %v, want 503 unavailable", cut, a)
-			}
+			sendUnavailable(ctx, t, procs, cut, r, rec, "cut off")
 		}
 		a, err := untilFinal(ctx, procs, (cut+1)%nodes, r, rec, true)
 		if err != nil {

@@ -3,6 +3,7 @@ package galerasuite
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -24,6 +25,17 @@ const (
 func startServe(t testing.TB, name, dsn string, env ...string) *testproc.Serve {
 	t.Helper()
 	return testproc.StartServe(t, paysvcBin, name, serveEnv(dsn, env))
+}
+
+// serveEach starts one `paysvc serve` on each node, named prefix-i, with
+// env added.
+func serveEach(t testing.TB, prefix string, dsns [nodes]string, env ...string) []*testproc.Serve {
+	t.Helper()
+	procs := make([]*testproc.Serve, nodes)
+	for i := range procs {
+		procs[i] = startServe(t, fmt.Sprintf("%s-%d", prefix, i), dsns[i], env...)
+	}
+	return procs
 }
 
 func serveEnv(dsn string, env []string) []string {
