@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"time"
 
 	"github.com/paysvc/paysvc/internal/db"
@@ -294,11 +293,7 @@ func serviceCallbackOp(s *service, supply *orderSupply, worker int) opFunc {
 		if err != nil {
 			return kind, err
 		}
-		rep, err := s.post(ctx, "/v1/callbacks/"+provider, s.callbackHeader(id, ev.body), ev.body)
-		if err != nil {
-			return kind, err
-		}
-		if err := rep.expect(http.StatusOK, dup); err != nil {
+		if err := s.callback(ctx, id, ev, dup); err != nil {
 			return kind, fmt.Errorf("callback %s: %w", ev.key, err)
 		}
 		if !dup {

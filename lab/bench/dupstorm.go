@@ -92,17 +92,16 @@ func (b *bench) dupStormRun(ctx context.Context, sc *scratch, supply *orderSuppl
 			return err
 		}
 	}
-	cfg := sc.cfg.Clone()
+	dsn := sc.cfg.FormatDSN()
 	var tap *sqlTap
 	if proxied {
 		var err error
-		if tap, err = startTap(cfg.Addr); err != nil {
+		if tap, dsn, err = sc.tapped(); err != nil {
 			return err
 		}
 		defer tap.close()
-		cfg.Addr = tap.addr()
 	}
-	svc, err := startServiceWith(ctx, cfg.FormatDSN(), c.Workers, func(cfg *config.Config) { cfg.RedisURL = redisURL }, app.Options{})
+	svc, err := startServiceWith(ctx, dsn, c.Workers, func(cfg *config.Config) { cfg.RedisURL = redisURL }, app.Options{})
 	if err != nil {
 		return err
 	}

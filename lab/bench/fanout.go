@@ -318,14 +318,12 @@ func (b *bench) fanoutCallbacks(ctx context.Context, raw *sql.DB, sc *scratch, k
 // duplicate.
 func (b *bench) fanoutStatements(ctx context.Context, sc *scratch, gdb *gorm.DB, keys *endpoints.Keyring, urls []string,
 	tune func(*config.Config), supply *orderSupply) ([]FanoutStatements, error) {
-	cfg := sc.cfg.Clone()
-	tap, err := startTap(cfg.Addr)
+	tap, dsn, err := sc.tapped()
 	if err != nil {
 		return nil, err
 	}
 	defer tap.close()
-	cfg.Addr = tap.addr()
-	svc, err := startServiceWith(ctx, cfg.FormatDSN(), 1, tune, app.Options{NoRelay: true})
+	svc, err := startServiceWith(ctx, dsn, 1, tune, app.Options{NoRelay: true})
 	if err != nil {
 		return nil, err
 	}
@@ -334,11 +332,7 @@ func (b *bench) fanoutStatements(ctx context.Context, sc *scratch, gdb *gorm.DB,
 	sent := 0
 	callback := func(ev event, dup bool) error {
 		sent++
-		rep, err := svc.post(ctx, "/v1/callbacks/"+provider, svc.callbackHeader(fmt.Sprintf("msg_fanout_%d", sent), ev.body), ev.body)
-		if err != nil {
-			return err
-		}
-		return rep.expect(http.StatusOK, dup)
+		return svc.callback(ctx, fmt.Sprintf("msg_fanout_%d", sent), ev, dup)
 	}
 	var out []FanoutStatements
 	for _, k := range fanoutCounts {

@@ -155,6 +155,16 @@ func orderHeaderAs(bearer, key string) http.Header {
 	return h
 }
 
+// callback delivers ev signed now as webhook-id id, and checks the answer:
+// 200, a replay when dup.
+func (s *service) callback(ctx context.Context, id string, ev event, dup bool) error {
+	rep, err := s.post(ctx, "/v1/callbacks/"+provider, s.callbackHeader(id, ev.body), ev.body)
+	if err != nil {
+		return err
+	}
+	return rep.expect(http.StatusOK, dup)
+}
+
 // expect checks a reply's status and replay marker.
 func (r reply) expect(status int, replayed bool) error {
 	if r.status != status || r.replayed != replayed {

@@ -59,6 +59,18 @@ type tapConn struct {
 
 func startTap(target string) (*sqlTap, error) { return startTapMode(target, false) }
 
+// tapped is the scratch database's DSN through a new recording proxy,
+// which the caller closes.
+func (sc *scratch) tapped() (*sqlTap, string, error) {
+	cfg := sc.cfg.Clone()
+	tap, err := startTap(cfg.Addr)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.Addr = tap.addr()
+	return tap, cfg.FormatDSN(), nil
+}
+
 // startTimingTap is a tap that records no commands but times them
 // (sqlTap.timed).
 func startTimingTap(target string) (*sqlTap, error) { return startTapMode(target, true) }
@@ -213,14 +225,12 @@ type RoundTrips struct {
 
 // roundTrips sends one request of each kind through a traced instance.
 func (b *bench) roundTrips(ctx context.Context, sc *scratch, supply *orderSupply) ([]RoundTrips, error) {
-	cfg := sc.cfg.Clone()
-	tap, err := startTap(cfg.Addr)
+	tap, dsn, err := sc.tapped()
 	if err != nil {
 		return nil, err
 	}
 	defer tap.close()
-	cfg.Addr = tap.addr()
-	svc, err := startService(ctx, cfg.FormatDSN(), 1)
+	svc, err := startService(ctx, dsn, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +249,7 @@ func (b *bench) roundTrips(ctx context.Context, sc *scratch, supply *orderSupply
 	deliveries := 0
 	callback := func(ev event, dup bool) error {
 		deliveries++
-		rep, err := svc.post(ctx, "/v1/callbacks/"+provider, svc.callbackHeader(fmt.Sprintf("msg_trace_%d", deliveries), ev.body), ev.body)
-		if err != nil {
-			return err
-		}
-		return rep.expect(http.StatusOK, dup)
+		return svc.callback(ctx, fmt.Sprintf("msg_trace_%d", deliveries), ev, dup)
 	}
 	order := func(rq orderRequest, dup bool) error {
 		rep, err := svc.post(ctx, "/v1/orders", orderHeader(rq.key), rq.body)
