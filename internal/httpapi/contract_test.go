@@ -27,14 +27,13 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/lab/kit/apitest"
 	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const (
@@ -353,15 +352,7 @@ func ctIsReplay(t testing.TB, first, again ctResp) {
 
 func ctCounter(t testing.TB, a *app.App, endpoint, outcome string) float64 {
 	t.Helper()
-	c, err := a.Metrics.IdempotencyRequests.GetMetricWithLabelValues(endpoint, outcome)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return testutil.ToFloat64(a.Metrics.IdempotencyRequests.WithLabelValues(endpoint, outcome))
 }
 
 func TestContractCreateOrder(t *testing.T) {

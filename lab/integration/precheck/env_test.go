@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/rueidis"
 
 	"github.com/paysvc/paysvc/internal/app"
@@ -24,6 +23,7 @@ import (
 	"github.com/paysvc/paysvc/lab/kit/apitest"
 	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
 const (
@@ -43,12 +43,10 @@ type redisServer struct {
 
 func startRedis(t testing.TB) *redisServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	r := &redisServer{t: t, port: port}
 	r.start()
 	t.Cleanup(r.kill)
@@ -59,7 +57,7 @@ func (r *redisServer) start() {
 	r.t.Helper()
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
+	if err := testproc.Start(cmd); err != nil {
 		r.t.Fatalf("start redis-server (scripts/ensure-redis.sh installs it): %v", err)
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
@@ -208,15 +206,7 @@ func orderBody(mon string, amount int) []byte {
 
 func counter(t testing.TB, v *prometheus.CounterVec, labels ...string) float64 {
 	t.Helper()
-	c, err := v.GetMetricWithLabelValues(labels...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return testutil.ToFloat64(v.WithLabelValues(labels...))
 }
 
 // storm sends every key dup times at once (released by a barrier) and
