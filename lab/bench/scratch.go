@@ -2,16 +2,14 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // defaultServerDSN is the local server the tests use too (dbtest.ServerDSN).
@@ -37,19 +35,9 @@ type scratch struct {
 
 // newScratch creates and migrates a database named paysvc_bench_<random>.
 func newScratch(ctx context.Context, serverDSN string) (*scratch, error) {
-	base, err := mysql.ParseDSN(serverDSN)
+	cfg, err := dbtest.Scratch(ctx, serverDSN, "paysvc_bench_")
 	if err != nil {
-		return nil, fmt.Errorf("server DSN: %w", err)
-	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	base.DBName = "paysvc_bench_" + hex.EncodeToString(suffix)
-	cfg, err := db.Config(base.FormatDSN())
-	if err != nil {
-		return nil, err
-	}
-	if err := db.EnsureDatabase(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("create scratch database on %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("scratch database: %w", err)
 	}
 	s := &scratch{cfg: cfg, dsn: cfg.FormatDSN()}
 	if err := migrate.Up(cfg); err != nil {
@@ -61,21 +49,7 @@ func newScratch(ctx context.Context, serverDSN string) (*scratch, error) {
 
 // drop removes the scratch database; it runs even after the run's context
 // was cancelled.
-func (s *scratch) drop() error {
-	server := s.cfg.Clone()
-	server.DBName = ""
-	conn, err := sql.Open("mysql", server.FormatDSN())
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db.QuoteIdent(s.cfg.DBName)); err != nil {
-		return fmt.Errorf("drop %s: %w", s.cfg.DBName, err)
-	}
-	return nil
-}
+func (s *scratch) drop() error { return dbtest.Drop(s.cfg) }
 
 // Pool sizes of internal/db.Open, so that the raw baseline has the same
 // number of connections as the service.

@@ -2,17 +2,15 @@ package experiments
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
+	"github.com/paysvc/paysvc/lab/kit/dbtest"
 )
 
 // scratch is a database that exists for one experiment only.
@@ -26,18 +24,8 @@ type scratch struct {
 // database name, if any, is ignored) and opens a pool on it with the
 // service's settings (db.Config, db.Open). Close drops it.
 func newScratch(ctx context.Context, serverDSN, tag string) (*scratch, error) {
-	base, err := mysql.ParseDSN(serverDSN)
+	cfg, err := dbtest.Scratch(ctx, serverDSN, "paysvc_x_"+tag+"_")
 	if err != nil {
-		return nil, fmt.Errorf("scratch: parse dsn: %w", err)
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	base.DBName = "paysvc_x_" + tag + "_" + hex.EncodeToString(suffix)
-	cfg, err := db.Config(base.FormatDSN())
-	if err != nil {
-		return nil, fmt.Errorf("scratch: %w", err)
-	}
-	if err := db.EnsureDatabase(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("scratch: %w", err)
 	}
 	s := &scratch{cfg: cfg}
@@ -66,17 +54,8 @@ func (s *scratch) Close() error {
 }
 
 func (s *scratch) drop() error {
-	server := s.cfg.Clone()
-	server.DBName = ""
-	conn, err := sql.Open("mysql", server.FormatDSN())
-	if err != nil {
-		return fmt.Errorf("scratch: drop %s: %w", s.cfg.DBName, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db.QuoteIdent(s.cfg.DBName)); err != nil {
-		return fmt.Errorf("scratch: drop %s: %w", s.cfg.DBName, err)
+	if err := dbtest.Drop(s.cfg); err != nil {
+		return fmt.Errorf("scratch: %w", err)
 	}
 	return nil
 }

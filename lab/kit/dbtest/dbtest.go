@@ -111,25 +111,15 @@ func NewForMain() (*DB, func() error, error) {
 
 // create makes a database of a unique name and opens a pool to it.
 func create() (*DB, error) {
-	base, err := mysql.ParseDSN(ServerDSN())
-	if err != nil {
-		return nil, fmt.Errorf("dbtest: PAYSVC_TEST_DSN: %w", err)
-	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	base.DBName = "paysvc_t_" + hex.EncodeToString(suffix)
-	cfg, err := db.Config(base.FormatDSN())
-	if err != nil {
-		return nil, fmt.Errorf("dbtest: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := db.EnsureDatabase(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("dbtest: cannot reach the test database server (is MariaDB running on %s?): %w", cfg.Addr, err)
+	cfg, err := Scratch(ctx, ServerDSN(), "paysvc_t_")
+	if err != nil {
+		return nil, fmt.Errorf("dbtest: cannot make a database (is MariaDB running? PAYSVC_TEST_DSN names the server): %w", err)
 	}
 	gdb, err := db.OpenPool(cfg, config.Defaults().DBMaxConns)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("dbtest: %w", err), dropDatabase(cfg))
+		return nil, errors.Join(fmt.Errorf("dbtest: %w", err), Drop(cfg))
 	}
 	return &DB{Gorm: gdb, Config: cfg, DSN: cfg.FormatDSN(), Name: cfg.DBName}, nil
 }
@@ -137,21 +127,45 @@ func create() (*DB, error) {
 // drop closes the pool and drops the database.
 func (d *DB) drop() error {
 	_ = db.Close(d.Gorm)
-	return dropDatabase(d.Config)
+	return Drop(d.Config)
 }
 
-func dropDatabase(cfg *mysql.Config) error {
+// Scratch creates a database named prefix and random hex on the server of
+// serverDSN (its own database name is ignored) and returns its db.Config:
+// the tests', the benchmarks' and the experiments' databases of their own,
+// so that runs in parallel never meet. Drop removes it.
+func Scratch(ctx context.Context, serverDSN, prefix string) (*mysql.Config, error) {
+	base, err := mysql.ParseDSN(serverDSN)
+	if err != nil {
+		return nil, fmt.Errorf("server DSN: %w", err)
+	}
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	base.DBName = prefix + hex.EncodeToString(suffix)
+	cfg, err := db.Config(base.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	if err := db.EnsureDatabase(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("create %s on %s: %w", cfg.DBName, cfg.Addr, err)
+	}
+	return cfg, nil
+}
+
+// Drop drops cfg's database, on a deadline of its own, so that it runs
+// even after the caller's context was cancelled.
+func Drop(cfg *mysql.Config) error {
 	server := cfg.Clone()
 	server.DBName = ""
 	conn, err := sql.Open("mysql", server.FormatDSN())
 	if err != nil {
-		return fmt.Errorf("dbtest: drop %s: %w", cfg.DBName, err)
+		return fmt.Errorf("drop %s: %w", cfg.DBName, err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+db.QuoteIdent(cfg.DBName)); err != nil {
-		return fmt.Errorf("dbtest: drop %s: %w", cfg.DBName, err)
+		return fmt.Errorf("drop %s: %w", cfg.DBName, err)
 	}
 	return nil
 }
