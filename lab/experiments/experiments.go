@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,8 +24,43 @@ const (
 	NameKeyLayout       = "key-layout"
 )
 
+// experiment is one experiment at full size, its result rendered as a
+// Markdown table.
+type experiment struct {
+	name string
+	run  func(ctx context.Context, dsn string, logf func(string, ...any)) (string, error)
+}
+
+// catalog is every experiment, in the order Run runs them.
+var catalog = []experiment{
+	{NameCheckThenInsert, rendered(RunCheckThenInsert, DefaultCheckThenInsert)},
+	{NameCommitOrder, rendered(RunCommitOrder, DefaultCommitOrder)},
+	{NameWindow, rendered(RunWindow, DefaultWindow)},
+	{NameClaimStyles, rendered(RunClaimStyles, DefaultClaimStyles)},
+	{NamePartition, rendered(RunPartition, DefaultPartition)},
+	{NameKeyLayout, rendered(RunKeyLayout, DefaultKeyLayout)},
+}
+
+// rendered is run with its default configuration, its result rendered.
+func rendered[C any, R interface{ Markdown() string }](run func(context.Context, string, C, func(string, ...any)) (R, error),
+	defaults func() C) func(context.Context, string, func(string, ...any)) (string, error) {
+	return func(ctx context.Context, dsn string, logf func(string, ...any)) (string, error) {
+		r, err := run(ctx, dsn, defaults(), logf)
+		if err != nil {
+			return "", err
+		}
+		return r.Markdown(), nil
+	}
+}
+
 // Names lists the experiments in the order Run runs them.
-var Names = []string{NameCheckThenInsert, NameCommitOrder, NameWindow, NameClaimStyles, NamePartition, NameKeyLayout}
+func Names() []string {
+	names := make([]string, len(catalog))
+	for i, e := range catalog {
+		names[i] = e.name
+	}
+	return names
+}
 
 // Run runs the named experiments (all of them when which is empty) at full
 // size against the server of dsn (its database name is ignored: every
@@ -35,11 +71,11 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		logf = func(string, ...any) {}
 	}
 	if len(which) == 0 {
-		which = Names
+		which = Names()
 	}
 	for _, name := range which {
-		if !known(name) {
-			return fmt.Errorf("unknown experiment %q (known: %s)", name, strings.Join(Names, ", "))
+		if !slices.Contains(Names(), name) {
+			return fmt.Errorf("unknown experiment %q (known: %s)", name, strings.Join(Names(), ", "))
 		}
 	}
 	env, err := environment(ctx, dsn)
@@ -53,24 +89,8 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		}
 		start := time.Now()
 		logf("experiment %s: start", name)
-		var (
-			table string
-			err   error
-		)
-		switch name {
-		case NameCheckThenInsert:
-			table, err = markdown(RunCheckThenInsert(ctx, dsn, DefaultCheckThenInsert(), logf))
-		case NameCommitOrder:
-			table, err = markdown(RunCommitOrder(ctx, dsn, DefaultCommitOrder(), logf))
-		case NameWindow:
-			table, err = markdown(RunWindow(ctx, dsn, DefaultWindow(), logf))
-		case NameClaimStyles:
-			table, err = markdown(RunClaimStyles(ctx, dsn, DefaultClaimStyles(), logf))
-		case NamePartition:
-			table, err = markdown(RunPartition(ctx, dsn, DefaultPartition(), logf))
-		case NameKeyLayout:
-			table, err = markdown(RunKeyLayout(ctx, dsn, DefaultKeyLayout(), logf))
-		}
+		e := catalog[slices.IndexFunc(catalog, func(e experiment) bool { return e.name == name })]
+		table, err := e.run(ctx, dsn, logf)
 		if err != nil {
 			return fmt.Errorf("experiment %s: %w", name, err)
 		}
@@ -78,14 +98,6 @@ func Run(ctx context.Context, dsn string, which []string, w io.Writer, logf func
 		logf("experiment %s: done in %.1f s", name, time.Since(start).Seconds())
 	}
 	return nil
-}
-
-// markdown is an experiment's table, or its error.
-func markdown[R interface{ Markdown() string }](r R, err error) (string, error) {
-	if err != nil {
-		return "", err
-	}
-	return r.Markdown(), nil
 }
 
 // environment describes where the tables are measured: server version,
@@ -107,15 +119,6 @@ func environment(ctx context.Context, dsn string) (string, error) {
 	}
 	return fmt.Sprintf("Measured on %s (server %s), client %s %s/%s, %d CPUs, %s.", cfg.Addr, version,
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02 15:04 MST")), nil
-}
-
-func known(name string) bool {
-	for _, n := range Names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // table renders a Markdown pipe table with padded columns. Columns whose
