@@ -27,22 +27,7 @@ func TestWindowHonouredOnRead(t *testing.T) {
 	const key = "window-1"
 	body := createBody("mo-window")
 
-	steps := []struct {
-		name string
-		at   time.Duration // since the first request, on the injected clock
-		// The answer wanted; a replay must also repeat the previous answer
-		// byte for byte.
-		status   int
-		replayed bool
-		code     string
-	}{
-		{"first request", 0, http.StatusCreated, false, ""},
-		{"59m: inside the window", 59 * time.Minute, http.StatusCreated, true, ""},
-		{"1µs before the end", window - time.Microsecond, http.StatusCreated, true, ""},
-		{"61m: past the window, a new request", 61 * time.Minute, http.StatusConflict, false, "order_exists"},
-		// The new execution's answer is stored like any other, in a new window.
-		{"62m: the 409 replays", 62 * time.Minute, http.StatusConflict, true, "order_exists"},
-	}
+	steps := windowSteps(window, "order_exists")
 	start := clock.Now()
 	var created, prev answer
 	for _, s := range steps {
@@ -68,10 +53,10 @@ func TestWindowHonouredOnRead(t *testing.T) {
 	}
 	assertTables(t, d, 1, 1)
 	// The one record is the new window's: its answer is the 409, and its
-	// window starts at 61m.
+	// window starts a minute past the first's end.
 	if n := d.Count(t, `SELECT COUNT(*) FROM idempotency_records
 		WHERE key_hash = ? AND response_status = 409 AND expires_at = ?`,
-		idempotency.KeyHash(idempotency.MerchantScope(merchant), key), start.Add(61*time.Minute+window)); n != 1 {
+		idempotency.KeyHash(idempotency.MerchantScope(merchant), key), start.Add(window+time.Minute+window)); n != 1 {
 		t.Errorf("the key's record is not the new window's 409 (%d matching rows)", n)
 	}
 	if stored := orderNos(t, d)["mo-window"]; stored != created.OrderNo() {
@@ -94,18 +79,7 @@ func TestRefundWindowHonouredOnRead(t *testing.T) {
 	path := "/v1/orders/" + o.OrderNo + "/refunds"
 	body := cbRefundBody(300, "mr-window")
 
-	steps := []struct {
-		name     string
-		at       time.Duration // since the first request, on the injected clock
-		status   int
-		replayed bool
-		code     string
-	}{
-		{"first request", 0, http.StatusCreated, false, ""},
-		{"59m: inside the window", 59 * time.Minute, http.StatusCreated, true, ""},
-		{"61m: past the window, a new request", 61 * time.Minute, http.StatusConflict, false, "refund_exists"},
-		{"62m: the 409 replays", 62 * time.Minute, http.StatusConflict, true, "refund_exists"},
-	}
+	steps := windowSteps(window, "refund_exists")
 	start := clock.Now()
 	var prev cbAnswer
 	for _, st := range steps {
@@ -131,4 +105,29 @@ func TestRefundWindowHonouredOnRead(t *testing.T) {
 		}
 	}
 	cbReconcileClean(t, d)
+}
+
+// windowStep is one request of a window test: when, since the first
+// request, on the injected clock, and the answer wanted. A replay must
+// also repeat the previous answer byte for byte.
+type windowStep struct {
+	name     string
+	at       time.Duration
+	status   int
+	replayed bool
+	code     string
+}
+
+// windowSteps are the first request, replays inside the window to its last
+// microsecond, a new execution past it (which the permanent unique key
+// refuses with code), and that refusal replayed: its answer is stored like
+// any other, in a new window.
+func windowSteps(window time.Duration, code string) []windowStep {
+	return []windowStep{
+		{"first request", 0, http.StatusCreated, false, ""},
+		{"inside the window", window - time.Minute, http.StatusCreated, true, ""},
+		{"1µs before the end", window - time.Microsecond, http.StatusCreated, true, ""},
+		{"past the window, a new request", window + time.Minute, http.StatusConflict, false, code},
+		{"the 409 replays", window + 2*time.Minute, http.StatusConflict, true, code},
+	}
 }
