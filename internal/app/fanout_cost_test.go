@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -35,7 +34,7 @@ func TestCallbackStatementsIndependentOfEndpoints(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
 	cfg.DBMaxConns = 1
-	cfg.APIKeys = map[string]string{"key-acme-0123456789": "acme"}
+	cfg.APIKeys = map[string]string{merchantKey: "acme"}
 	cfg.WebhookSecrets = map[string][]string{"mockpay": {secret}}
 	cfg.Endpoints.SecretsKey = bytes.Repeat([]byte{3}, 32)
 	a, srv := apptest.Start(t, cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true})
@@ -54,22 +53,6 @@ func TestCallbackStatementsIndependentOfEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		return n
-	}
-	post := func(path, key string, body []byte, h http.Header) int {
-		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(body))
-		req.Header = h
-		req.Header.Set("Content-Type", "application/json")
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer key-acme-0123456789")
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
 	}
 	have := 0
 	counts := map[int]int64{}
@@ -110,7 +93,7 @@ func TestCallbackStatementsIndependentOfEndpoints(t *testing.T) {
 		h.Set(webhooks.HeaderSignature, webhooks.Sign(sec, "msg_"+mo, now, body))
 		overhead := -questions() + questions()
 		before := questions()
-		if code := post("/v1/callbacks/mockpay", "", body, h); code != 200 {
+		if code, _ := post(t, srv, "/v1/callbacks/mockpay", "", string(body), h); code != 200 {
 			t.Fatalf("callback: %d", code)
 		}
 		got := questions() - before - overhead

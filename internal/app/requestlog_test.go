@@ -1,10 +1,8 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,7 +30,7 @@ func TestRequestLogOfEachPath(t *testing.T) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
-	cfg.APIKeys = map[string]string{"key-acme-0123456789": "acme"}
+	cfg.APIKeys = map[string]string{merchantKey: "acme"}
 	cfg.WebhookSecrets = map[string][]string{"mockpay": {secret}}
 	hold, held := make(chan struct{}), make(chan struct{})
 	a, srv := apptest.Start(t, cfg, slog.New(slog.DiscardHandler), app.Options{NoRelay: true,
@@ -47,50 +45,30 @@ func TestRequestLogOfEachPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := func(path, key, body string, h http.Header) (int, []byte) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader([]byte(body)))
-		if h != nil {
-			req.Header = h
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer key-acme-0123456789")
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Error(err)
-			return 0, nil
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
 	start := time.Now().Add(-time.Second)
 
 	const create = `{"merchant_order_no":"rl-1","amount":100,"currency":"EUR"}`
-	code, b := post("/v1/orders", "order-1", create, nil)
+	code, b := post(t, srv, "/v1/orders", "order-1", create, nil)
 	var order struct {
 		OrderNo string `json:"order_no"`
 	}
 	if err := json.Unmarshal(b, &order); err != nil || code != 201 {
 		t.Fatalf("create: %d %s", code, b)
 	}
-	if code, _ := post("/v1/orders", "order-1", create, nil); code != 201 {
+	if code, _ := post(t, srv, "/v1/orders", "order-1", create, nil); code != 201 {
 		t.Fatalf("create again: %d", code)
 	}
-	if code, _ := post("/v1/orders", "order-1", `{"merchant_order_no":"rl-1","amount":999,"currency":"EUR"}`, nil); code != 422 {
+	if code, _ := post(t, srv, "/v1/orders", "order-1", `{"merchant_order_no":"rl-1","amount":999,"currency":"EUR"}`, nil); code != 422 {
 		t.Fatalf("create with another body: %d", code)
 	}
 	// A duplicate of a request still running: 409 in flight.
 	slowDone := make(chan int)
 	go func() {
-		code, _ := post("/v1/orders", "slow-1", `{"merchant_order_no":"rl-slow","amount":100,"currency":"EUR"}`, nil)
+		code, _ := post(t, srv, "/v1/orders", "slow-1", `{"merchant_order_no":"rl-slow","amount":100,"currency":"EUR"}`, nil)
 		slowDone <- code
 	}()
 	<-held
-	if code, _ := post("/v1/orders", "slow-1", `{"merchant_order_no":"rl-slow","amount":100,"currency":"EUR"}`, nil); code != 409 {
+	if code, _ := post(t, srv, "/v1/orders", "slow-1", `{"merchant_order_no":"rl-slow","amount":100,"currency":"EUR"}`, nil); code != 409 {
 		t.Fatalf("duplicate in flight: %d", code)
 	}
 	close(hold)
@@ -107,10 +85,10 @@ func TestRequestLogOfEachPath(t *testing.T) {
 		h.Set(webhooks.HeaderSignature, webhooks.Sign(sec, id, now, body))
 		return h
 	}
-	if code, b := post("/v1/callbacks/mockpay", "", string(body), signed("msg_1")); code != 200 {
+	if code, b := post(t, srv, "/v1/callbacks/mockpay", "", string(body), signed("msg_1")); code != 200 {
 		t.Fatalf("callback: %d %s", code, b)
 	}
-	if code, _ := post("/v1/callbacks/mockpay", "", string(body), signed("msg_2")); code != 200 {
+	if code, _ := post(t, srv, "/v1/callbacks/mockpay", "", string(body), signed("msg_2")); code != 200 {
 		t.Fatalf("duplicate callback: %d", code)
 	}
 	// What the JetStream intake does with a message.
@@ -119,7 +97,7 @@ func TestRequestLogOfEachPath(t *testing.T) {
 		t.Fatalf("jetstream callback: %v", err)
 	}
 	// Paid: a cancel is refused, and the refusal is stored.
-	if code, _ := post("/v1/orders/"+order.OrderNo+"/cancel", "cancel-1", ``, nil); code != 409 {
+	if code, _ := post(t, srv, "/v1/orders/"+order.OrderNo+"/cancel", "cancel-1", ``, nil); code != 409 {
 		t.Fatalf("cancel of a paid order: %d", code)
 	}
 

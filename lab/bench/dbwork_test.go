@@ -21,11 +21,7 @@ import (
 func TestOneCommitShape(t *testing.T) {
 	d := dbtest.New(t)
 	ctx := context.Background()
-	raw, err := (&scratch{cfg: d.Config, dsn: d.DSN}).openRaw()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := openRaw(t, d)
 	supply := &orderSupply{raw: raw}
 	if err := supply.ensure(ctx, 5000); err != nil {
 		t.Fatal(err)
@@ -136,11 +132,7 @@ func TestOneCommitShape(t *testing.T) {
 func TestRollbackLoadReturnsRows(t *testing.T) {
 	d := dbtest.New(t)
 	ctx := context.Background()
-	raw, err := (&scratch{cfg: d.Config, dsn: d.DSN}).openRaw()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := openRaw(t, d)
 	conn, err := raw.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -169,4 +161,16 @@ func TestRollbackLoadReturnsRows(t *testing.T) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		t.Errorf("absent key: %v, want sql.ErrNoRows", err)
 	}
+}
+
+// openRaw is the benchmark's raw pool on d's database, closed when the test
+// ends.
+func openRaw(t *testing.T, d *dbtest.DB) *sql.DB {
+	t.Helper()
+	raw, err := (&scratch{cfg: d.Config, dsn: d.DSN}).openRaw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return raw
 }

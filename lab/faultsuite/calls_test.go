@@ -2,6 +2,7 @@ package faultsuite
 
 import (
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -35,6 +36,29 @@ func (c *callCounter) call(key string, hold time.Duration) {
 	c.mu.Lock()
 	c.inFlight[key]--
 	c.mu.Unlock()
+}
+
+// repeats checks that every key was called and none twice at once (an
+// error names what of its kind was missed), and returns the calls beyond
+// the first of each: the killed process's calls whose outcome it never
+// recorded.
+func (c *callCounter) repeats(t testing.TB, keys []string, kind string) int {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	repeats := 0
+	for _, k := range keys {
+		switch h := c.hits[k]; {
+		case h == 0:
+			t.Errorf("%s %s was never called", kind, k)
+		case h > 1:
+			repeats += h - 1
+		}
+	}
+	if c.overlaps != 0 {
+		t.Errorf("%d overlapping calls of one %s", c.overlaps, kind)
+	}
+	return repeats
 }
 
 // calls is how many calls were made.

@@ -58,19 +58,6 @@ func TestOutboxSIGKILLMidDelivery(t *testing.T) {
 		t.Fatalf("%d of %d events delivered within 90 s of the kill",
 			d.Count(t, `SELECT COUNT(*) FROM deliveries WHERE status = 2`), n)
 	}
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	repeats := 0
-	for _, id := range ids {
-		switch h := cc.hits[id]; {
-		case h == 0:
-			t.Errorf("event %s never reached the receiver", id)
-		case h > 1:
-			repeats += h - 1
-		}
-	}
-	if cc.overlaps != 0 {
-		t.Errorf("%d overlapping attempts of one event", cc.overlaps)
-	}
-	t.Logf("%d events, %d deliveries, %d repeats (the killed relay's attempts whose outcome it never recorded)", n, cc.total, repeats)
+	repeats := cc.repeats(t, ids, "event")
+	t.Logf("%d events, %d deliveries, %d repeats (the killed relay's attempts whose outcome it never recorded)", n, cc.calls(), repeats)
 }

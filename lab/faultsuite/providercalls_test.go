@@ -85,24 +85,13 @@ func TestProviderCallsSIGKILL(t *testing.T) {
 	if !poll.Until(90*time.Second, 50*time.Millisecond, func() bool { return d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`) >= n }) {
 		t.Fatalf("%d of %d calls done within 90 s of the kill", d.Count(t, `SELECT COUNT(*) FROM provider_calls WHERE status = 1`), n)
 	}
+	repeats := cc.repeats(t, keys, "refund")
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
-	repeats := 0
-	for _, k := range keys {
-		switch h := cc.hits[k]; {
-		case h == 0:
-			t.Errorf("refund %s never reached the provider", k)
-		case h > 1:
-			repeats += h - 1
-		}
-	}
 	if len(cc.hits) != n {
 		t.Errorf("%d distinct keys at the provider, want %d", len(cc.hits), n)
-	}
-	if cc.overlaps != 0 {
-		t.Errorf("%d overlapping calls of one refund", cc.overlaps)
 	}
 	for _, w := range wrong {
 		t.Errorf("call whose reference is not its key: %s", w)
