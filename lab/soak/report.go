@@ -1,8 +1,11 @@
 package soak
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -129,28 +132,16 @@ func report(out io.Writer, s *system, t *traffic, n *nemesis, h *History, ivs []
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-func formatStatus(m map[int]int64) string {
-	ks := make([]int, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Ints(ks)
-	var parts []string
-	for _, k := range ks {
-		parts = append(parts, fmt.Sprintf("%d: %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
+func formatStatus(m map[int]int64) string { return joined(m, "%d: %d") }
 
-func formatCounts(m map[string]int64) string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
+func formatCounts(m map[string]int64) string { return joined(m, "%s %d") }
+
+// joined is m's entries in key order, each as format renders its key and
+// value, separated by commas.
+func joined[K cmp.Ordered, V any](m map[K]V, format string) string {
 	var parts []string
-	for _, k := range ks {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
 	}
 	return strings.Join(parts, ", ")
 }
