@@ -27,10 +27,10 @@ const maxPurgeConflicts = 5
 // deletes. A single "DELETE … WHERE <old> ORDER BY … LIMIT n" would lock
 // every index entry it scans and the gap after them, and a writer
 // inserting into that gap would wait for the whole batch (docs/DESIGN.md,
-// "Jobs that a scheduler runs twice").
-// A deadlock or lock wait with another instance's purge is retried after a
-// pause, a few times a pass; several instances may purge at once, and a
-// row another deleted first is not counted twice.
+// "Jobs that a scheduler runs twice"). A deadlock or lock wait with
+// another instance's purge is retried after a pause, a few times a pass;
+// several instances may purge at once, and a row another deleted first is
+// not counted twice.
 type Purge struct {
 	What  string // what is purged, for errors
 	Batch int
