@@ -15,32 +15,15 @@ import (
 
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/handclock"
 )
-
-// clock is a test clock, moved by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // cacheFixture is a test database with merchant acme, and a cache over
 // it whose request pool, and upkeep pool, are one connection each, so
 // that each pool's session counts the statements sent through it.
 type cacheFixture struct {
 	d        *dbtest.DB
-	clock    *clock
+	clock    *handclock.Clock
 	requests *gorm.DB
 	upkeep   *gorm.DB
 	lookups  *prometheus.CounterVec
@@ -53,7 +36,7 @@ const envKey = "env-key-0123456789"
 func newCacheFixture(t *testing.T, requestConns int) *cacheFixture {
 	t.Helper()
 	d := dbtest.New(t)
-	f := &cacheFixture{d: d, clock: &clock{t: testNow.Add(30 * time.Second)},
+	f := &cacheFixture{d: d, clock: handclock.At(testNow.Add(30 * time.Second)),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lookups"}, []string{"result"})}
 	var err error
 	if f.requests, err = db.OpenPool(d.Config, requestConns); err != nil {
@@ -64,7 +47,7 @@ func newCacheFixture(t *testing.T, requestConns int) *cacheFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close(f.upkeep) })
-	f.cache = NewCache(f.requests, f.upkeep, CacheOptions{Now: f.clock.now, Lookups: f.lookups})
+	f.cache = NewCache(f.requests, f.upkeep, CacheOptions{Now: f.clock.Now, Lookups: f.lookups})
 	f.auth = NewAuthenticator(map[string]string{envKey: "acme"}, f.cache)
 	if _, err := CreateMerchant(context.Background(), d.Gorm, "acme", "", testNow); err != nil {
 		t.Fatal(err)
@@ -74,7 +57,7 @@ func newCacheFixture(t *testing.T, requestConns int) *cacheFixture {
 
 func (f *cacheFixture) newKey(t *testing.T, expiresIn time.Duration) (string, Key) {
 	t.Helper()
-	key, k, err := CreateKey(context.Background(), f.d.Gorm, "acme", expiresIn, f.clock.now())
+	key, k, err := CreateKey(context.Background(), f.d.Gorm, "acme", expiresIn, f.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +126,7 @@ func TestCacheStatementsPerRequest(t *testing.T) {
 	}
 	// The loop's re-reads go over its own pool, and leave the entry fresh.
 	for range 3 {
-		f.clock.add(RefreshInterval)
+		f.clock.Advance(RefreshInterval)
 		if err := f.cache.Refresh(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +139,7 @@ func TestCacheStatementsPerRequest(t *testing.T) {
 	}
 	// An entry the loop has not confirmed for entryLife is read again by
 	// the request, once.
-	f.clock.add(entryLife)
+	f.clock.Advance(entryLife)
 	f.merchantOf(t, key)
 	f.merchantOf(t, key)
 	if n := count(); n != 1 {
@@ -179,7 +162,7 @@ func TestCacheRevocationAndExpiry(t *testing.T) {
 		}
 	}
 	count := statements(t, f.requests)
-	if err := RevokeKey(ctx, f.d.Gorm, rk.ID, f.clock.now()); err != nil {
+	if err := RevokeKey(ctx, f.d.Gorm, rk.ID, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if f.merchantOf(t, revoked) != "acme" {
@@ -191,7 +174,7 @@ func TestCacheRevocationAndExpiry(t *testing.T) {
 	if f.merchantOf(t, revoked) != "" {
 		t.Error("revoked key accepted after a refresh")
 	}
-	f.clock.add(3 * time.Second)
+	f.clock.Advance(3 * time.Second)
 	if f.merchantOf(t, expiring) != "" {
 		t.Error("expired key accepted")
 	}
@@ -200,10 +183,10 @@ func TestCacheRevocationAndExpiry(t *testing.T) {
 	}
 	// Revoked with no refresh after it: the first request past entryLife
 	// reads the key again.
-	if err := RevokeKey(ctx, f.d.Gorm, sk.ID, f.clock.now()); err != nil {
+	if err := RevokeKey(ctx, f.d.Gorm, sk.ID, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.add(entryLife)
+	f.clock.Advance(entryLife)
 	if f.merchantOf(t, stale) != "" {
 		t.Error("revoked key accepted from a stale entry")
 	}
@@ -211,7 +194,7 @@ func TestCacheRevocationAndExpiry(t *testing.T) {
 	// A roll: both keys work until the old one's expiry.
 	old, ok := f.newKey(t, 0)
 	f.merchantOf(t, old)
-	next, _, err := RollKey(ctx, f.d.Gorm, ok.ID, 3*time.Second, f.clock.now())
+	next, _, err := RollKey(ctx, f.d.Gorm, ok.ID, 3*time.Second, f.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +204,7 @@ func TestCacheRevocationAndExpiry(t *testing.T) {
 	if f.merchantOf(t, old) != "acme" || f.merchantOf(t, next) != "acme" {
 		t.Fatal("rolled keys: both must work during the overlap")
 	}
-	f.clock.add(3 * time.Second)
+	f.clock.Advance(3 * time.Second)
 	if f.merchantOf(t, old) != "" || f.merchantOf(t, next) != "acme" {
 		t.Fatal("past the overlap: only the new key works")
 	}
@@ -355,7 +338,7 @@ func TestCacheDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close(requests) })
-	c := NewCache(requests, f.upkeep, CacheOptions{Now: f.clock.now})
+	c := NewCache(requests, f.upkeep, CacheOptions{Now: f.clock.Now})
 	auth := NewAuthenticator(nil, c)
 	ctx := context.Background()
 	if m, err := auth.Merchant(ctx, key); m != "acme" || err != nil {
@@ -363,7 +346,7 @@ func TestCacheDatabaseDown(t *testing.T) {
 	}
 	proxy.Set(dbtest.Refuse)
 	other, _ := f.newKey(t, 0)
-	f.clock.add(entryLife)
+	f.clock.Advance(entryLife)
 	for _, k := range []string{key, other} {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		m, err := auth.Merchant(tctx, k)
@@ -390,7 +373,7 @@ func TestCacheLastUsed(t *testing.T) {
 		}
 		return keys[0].LastUsedAt
 	}
-	minute := f.clock.now().Truncate(time.Minute)
+	minute := f.clock.Now().Truncate(time.Minute)
 	for range 10 {
 		f.merchantOf(t, key)
 	}
@@ -413,7 +396,7 @@ func TestCacheLastUsed(t *testing.T) {
 	}
 	f.merchantOf(t, key)
 	refresh(1) // same minute: re-read only
-	f.clock.add(time.Minute)
+	f.clock.Advance(time.Minute)
 	f.merchantOf(t, key)
 	refresh(2)
 	if got := lastUsed(); !got.Equal(minute.Add(time.Minute)) {
@@ -431,10 +414,10 @@ func TestCacheLastUsed(t *testing.T) {
 		t.Fatalf("an earlier use moved last_used_at back to %v", got)
 	}
 	// A refused key is not "used".
-	if err := RevokeKey(ctx, f.d.Gorm, mustOnlyKey(t, f).ID, f.clock.now()); err != nil {
+	if err := RevokeKey(ctx, f.d.Gorm, mustOnlyKey(t, f).ID, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.add(time.Minute)
+	f.clock.Advance(time.Minute)
 	refresh(1)
 	f.merchantOf(t, key)
 	refresh(1)
@@ -473,7 +456,7 @@ func TestCacheDropsAndBounds(t *testing.T) {
 	if n := f.cache.Len(); n != 1 || f.merchantOf(t, deleted) != "" {
 		t.Fatalf("deleted key: %d entries", n)
 	}
-	f.clock.add(time.Duration(idleMinutes+1) * time.Minute)
+	f.clock.Advance(time.Duration(idleMinutes+1) * time.Minute)
 	if err := f.cache.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

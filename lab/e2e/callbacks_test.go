@@ -31,6 +31,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/webhooks"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/handclock"
 )
 
 // TestCallbackStorm: a provider delivers each order's payment.succeeded 8
@@ -1092,7 +1093,7 @@ func TestSignatureVectors(t *testing.T) {
 		{"vector 2", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=", `{"email":"test@example.com","username":"test_user"}`, 1649367553},
 	}
 	d := dbtest.New(t)
-	var clock cbFixedClock
+	clock := handclock.At(time.Unix(0, 0).UTC())
 	// Vector 1 is signed with mockpay's configured secret; vector 2's
 	// secret is added as a second one of the provider (a rotation).
 	s := cbNewService(t, d, app.Options{Now: clock.Now}, func(c *config.Config) {
@@ -1120,7 +1121,7 @@ func TestSignatureVectors(t *testing.T) {
 			{"6 minutes later", v.ts + 360, v.sig, 401, "invalid_signature"},
 			{"with the signature altered", v.ts, v.sig[:len(v.sig)-2] + "A=", 401, "invalid_signature"},
 		} {
-			clock.set(tc.now)
+			clock.Set(time.Unix(tc.now, 0).UTC())
 			a, err := s.do(context.Background(), http.MethodPost, cbPath, header(tc.sig), []byte(v.body))
 			if err != nil {
 				t.Fatalf("%s %s: %v", v.name, tc.name, err)
@@ -1137,12 +1138,6 @@ func TestSignatureVectors(t *testing.T) {
 		t.Errorf("rows %+v, want unchanged %+v", got, countsBefore)
 	}
 }
-
-// cbFixedClock is a settable clock of whole seconds.
-type cbFixedClock struct{ unix atomic.Int64 }
-
-func (c *cbFixedClock) Now() time.Time { return time.Unix(c.unix.Load(), 0).UTC() }
-func (c *cbFixedClock) set(unix int64) { c.unix.Store(unix) }
 
 // TestReconcileFindsCorruption: books broken by hand are reported, each by
 // the check that owns the rule it breaks, naming what to look at; clean

@@ -18,7 +18,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/lab/kit/apptest"
 	"github.com/paysvc/paysvc/lab/kit/dbtest"
+	"github.com/paysvc/paysvc/lab/kit/handclock"
 	"github.com/paysvc/paysvc/lab/kit/httpanswer"
 )
 
@@ -309,27 +309,10 @@ func idempotencyOutcome(t testing.TB, a *app.App, outcome string) float64 {
 	return 0
 }
 
-// fakeClock is an injected clock (app.Options.Now) that moves only when
+// newFakeClock is an injected clock (app.Options.Now) that moves only when
 // told to. Times are whole seconds, so they survive DATETIME(6) exactly.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Now().UTC().Truncate(time.Second)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newFakeClock() *handclock.Clock {
+	return handclock.At(time.Now().UTC().Truncate(time.Second))
 }
 
 // errInjected marks a fault a test injected, so that it is never mistaken

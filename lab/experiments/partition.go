@@ -12,6 +12,7 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/lab/kit/handclock"
 )
 
 // The seed lists partitioning the dedup table by time, so that cleanup
@@ -110,10 +111,10 @@ func RunPartition(ctx context.Context, serverDSN string, cfg PartitionConfig, lo
 				return err
 			}
 		}
-		c := &clock{}
+		c := handclock.At(time.Time{})
 		engine := idempotency.New(s.gorm, idempotency.Options{Now: c.Now})
 		designs[2].claim = func(ctx context.Context, s *scratch, key string, at time.Time) (bool, error) {
-			c.set(at)
+			c.Set(at)
 			req := idempotency.Request{Scope: "m:acme", Key: key, TTL: 24 * time.Hour}
 			copy(req.Fingerprint[:], hash12(key))
 			r, err := engine.Do(ctx, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {

@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/paysvc/paysvc/internal/app"
 	"github.com/paysvc/paysvc/internal/config"
 	"github.com/paysvc/paysvc/internal/db"
 	"github.com/paysvc/paysvc/internal/webhooks"
+	"github.com/paysvc/paysvc/lab/kit/handclock"
 )
 
 // WindowConfig sets the windows and the times of the retries. Times are
@@ -79,24 +79,6 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// clock is the injected clock: it moves only when set.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 const (
 	windowAPIKey   = "experiments-key-0123456789"
 	windowMerchant = "acme"
@@ -135,7 +117,7 @@ func windowService(ctx context.Context, s *scratch, cfg WindowConfig) ([]WindowS
 	if err != nil {
 		return nil, err
 	}
-	c := &clock{now: time.Now().UTC().Truncate(time.Second)}
+	c := handclock.At(time.Now().UTC().Truncate(time.Second))
 	conf := config.Defaults()
 	conf.DSN = s.DSN()
 	conf.APIKeys = map[string]string{windowAPIKey: windowMerchant}
@@ -197,7 +179,7 @@ func windowService(ctx context.Context, s *scratch, cfg WindowConfig) ([]WindowS
 	orderBody := []byte(`{"merchant_order_no":"mo-window-1","amount":1999,"currency":"EUR","description":"window experiment"}`)
 	var orderNo string
 	for _, at := range cfg.Attempts {
-		c.set(start.Add(at))
+		c.Set(start.Add(at))
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/orders", bytes.NewReader(orderBody))
 		req.Header.Set("Authorization", "Bearer "+windowAPIKey)
 		req.Header.Set("Content-Type", "application/json")
@@ -222,7 +204,7 @@ func windowService(ctx context.Context, s *scratch, cfg WindowConfig) ([]WindowS
 	start = start.Add(time.Hour)
 	cbBody := []byte(fmt.Sprintf(`{"type":"payment.succeeded","data":{"order_no":%q,"txn_id":"txn-T","amount":1999,"currency":"EUR"}}`, orderNo))
 	for _, at := range cfg.Attempts {
-		c.set(start.Add(at))
+		c.Set(start.Add(at))
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/callbacks/"+windowProvider, bytes.NewReader(cbBody))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(webhooks.HeaderID, "msg_window_1")
