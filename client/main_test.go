@@ -8,13 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,8 +61,8 @@ func run(m *testing.M) int {
 	}
 	// Every exchange of http.DefaultClient, the examples' and the tests'
 	// client, is checked against api/openapi.yaml.
-	spec := &specCheck{}
-	rt, wait := v.ReportingAsync(http.DefaultTransport, spec.add)
+	spec := &apitest.Departures{}
+	rt, wait := v.ReportingAsync(spec.Counting(http.DefaultTransport), spec.Add)
 	http.DefaultClient.Transport = rt
 
 	d, drop, err := dbtest.NewForMain()
@@ -92,7 +90,7 @@ func run(m *testing.M) int {
 	code := m.Run()
 	stop()
 	wait()
-	if n := spec.report(os.Stderr); n > 0 {
+	if spec.Report(os.Stderr, "client") > 0 {
 		code = 1
 	}
 	return code
@@ -171,26 +169,4 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// specCheck collects the exchanges that departed from api/openapi.yaml.
-type specCheck struct {
-	mu      sync.Mutex
-	checked int
-	bad     []string
-}
-
-func (s *specCheck) add(req *http.Request, resp *http.Response, _ []byte, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.bad = append(s.bad, fmt.Sprintf("%s %s → %d: %v", req.Method, req.URL.Path, resp.StatusCode, err))
-}
-
-func (s *specCheck) report(w io.Writer) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.bad {
-		fmt.Fprintln(w, "client: departs from api/openapi.yaml:", b)
-	}
-	return len(s.bad)
 }
