@@ -136,14 +136,6 @@ type Input struct {
 	EnabledEvents []string
 }
 
-// CheckDescription refuses a description the table cannot hold.
-func CheckDescription(s string) error {
-	if len([]rune(s)) > MaxDescription {
-		return validate.Invalid("description", "at most 255 characters")
-	}
-	return nil
-}
-
 const selectEndpoint = `SELECT id, merchant_id, url, description, enabled_events, status,
   COALESCE(disabled_reason, ''), failing_since, created_at FROM webhook_endpoints`
 

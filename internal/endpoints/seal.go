@@ -5,10 +5,8 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ErrNoSecretsKey: PAYSVC_SECRETS_KEY is not set, so no secret can be
@@ -52,21 +50,6 @@ func newSealer(key []byte) (*sealer, error) {
 	s := &sealer{aead: aead}
 	copy(s.id[:], sum[:8])
 	return s, nil
-}
-
-// ParseKey reads a secrets key as configured: base64 (standard or URL
-// alphabet, padded or not) of 32 bytes.
-func ParseKey(s string) ([]byte, error) {
-	s = strings.TrimSpace(s)
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if b, err := enc.DecodeString(s); err == nil {
-			if len(b) != 32 {
-				return nil, fmt.Errorf("must be base64 of 32 bytes, got %d bytes", len(b))
-			}
-			return b, nil
-		}
-	}
-	return nil, errors.New("must be base64 of 32 bytes")
 }
 
 // NewKeyring returns the keyring of current (nil: no key) and old (nil:

@@ -57,15 +57,12 @@ const (
 // ErrNotFound: no such event, or another merchant's.
 var ErrNotFound = errors.New("event not found")
 
-// NewID returns "evt_" and a ULID, 30 characters: unique across instances
-// without coordination and time-ordered, so inserts append to the primary
-// key and ids sort by creation (to the millisecond across instances).
-func NewID() string { return NewIDAt(time.Now()) }
-
-// NewIDAt is NewID for an event created at t: the id's time is t, to the
-// millisecond, so purge can find expired events by id alone (an injected
-// clock in tests moves both alike). Within a millisecond, ids of one
-// process grow monotonically.
+// NewIDAt returns "evt_" and a ULID, 30 characters, for an event created
+// at t: unique across instances without coordination and time-ordered, so
+// inserts append to the primary key and ids sort by creation (to the
+// millisecond across instances). The id's time is t, so purge can find
+// expired events by id alone (an injected clock in tests moves both
+// alike). Within a millisecond, ids of one process grow monotonically.
 func NewIDAt(t time.Time) string {
 	return "evt_" + ulid.MustNew(ulid.Timestamp(t), ulid.DefaultEntropy()).String()
 }

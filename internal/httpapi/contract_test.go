@@ -87,10 +87,6 @@ type ctOpt func(*http.Request)
 
 func ctKey(k string) ctOpt { return func(r *http.Request) { r.Header.Set("Idempotency-Key", k) } }
 
-func ctKeys(ks ...string) ctOpt {
-	return func(r *http.Request) { r.Header["Idempotency-Key"] = ks }
-}
-
 func ctAs(apiKey string) ctOpt {
 	return func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+apiKey) }
 }

@@ -55,19 +55,6 @@ func Get(ctx context.Context, tx *gorm.DB, merchantID, orderNo string) (Order, e
 	return o, nil
 }
 
-// GetByOrderNo reads an order whoever owns it (provider callbacks carry no
-// merchant).
-func GetByOrderNo(ctx context.Context, tx *gorm.DB, orderNo string) (Order, error) {
-	if !ValidNo(orderNo) {
-		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), ErrNotFound)
-	}
-	o, err := scan(db.QueryRow(ctx, tx, selectOrder+` WHERE order_no = ?`, orderNo))
-	if err != nil {
-		return Order{}, fmt.Errorf("order %s: %w", validate.Quote(orderNo), err)
-	}
-	return o, nil
-}
-
 func scan(row *sql.Row) (Order, error) {
 	var (
 		o      Order

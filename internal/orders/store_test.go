@@ -37,7 +37,7 @@ func TestApplyAndGet(t *testing.T) {
 	}
 	get := func(no string) orders.Order {
 		t.Helper()
-		o, err := orders.GetByOrderNo(ctx, d.Gorm, no)
+		o, err := orders.Get(ctx, d.Gorm, "acme", no)
 		if err != nil {
 			t.Fatalf("get %s: %v", no, err)
 		}
@@ -83,13 +83,13 @@ func TestApplyAndGet(t *testing.T) {
 	// it returns that row, not the snapshot.
 	third := create("aag-3")
 	err = d.Gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if _, err := orders.GetByOrderNo(ctx, tx, third.OrderNo); err != nil { // takes the snapshot
+		if _, err := orders.Get(ctx, tx, "acme", third.OrderNo); err != nil { // takes the snapshot
 			return err
 		}
 		if err := d.Gorm.WithContext(ctx).Exec(`UPDATE orders SET description = 'changed' WHERE order_no = ?`, third.OrderNo).Error; err != nil {
 			return err
 		}
-		if snap, err := orders.GetByOrderNo(ctx, tx, third.OrderNo); err != nil || snap.Description != "d" {
+		if snap, err := orders.Get(ctx, tx, "acme", third.OrderNo); err != nil || snap.Description != "d" {
 			t.Errorf("snapshot read %+v, %v: want the description before the change (the test's premise)", snap, err)
 		}
 		got, err := paid(third.OrderNo, 1999).ApplyAndGet(ctx, tx)

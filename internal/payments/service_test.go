@@ -125,7 +125,7 @@ func (f *fixture) refund(o orders.Order, merchantRefundNo string, amount int64) 
 
 func (f *fixture) order(orderNo string) orders.Order {
 	f.t.Helper()
-	o, err := orders.GetByOrderNo(context.Background(), f.d.Gorm, orderNo)
+	o, err := orders.Get(context.Background(), f.d.Gorm, "acme", orderNo)
 	if err != nil {
 		f.t.Fatalf("read order %s: %v", orderNo, err)
 	}

@@ -192,14 +192,6 @@ func (c *tally) add(trace ...answer) {
 	}
 }
 
-func (c *tally) merge(o tally) {
-	c.first += o.first
-	c.replayed += o.replayed
-	c.inUse += o.inUse
-	c.serverErrors += o.serverErrors
-	c.other += o.other
-}
-
 func (c tally) String() string {
 	return fmt.Sprintf("201 first=%d, 201 replayed=%d, 409 in use=%d, 5xx=%d, other=%d",
 		c.first, c.replayed, c.inUse, c.serverErrors, c.other)

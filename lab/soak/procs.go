@@ -133,16 +133,6 @@ func (p *proc) ownExits() []string {
 	return append([]string(nil), p.exits...)
 }
 
-// pid is the running process's id, 0 if none.
-func (p *proc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || closed(p.done) {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
 // portFree reports whether nothing listens on the loopback port.
 func portFree(port int) bool {
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
