@@ -387,3 +387,30 @@ func TestNoRetry(t *testing.T) {
 		t.Errorf("attempts %+v, want one that ended the call", a)
 	}
 }
+
+// TestRequestIDIsSentAndEchoed: the id WithRequestID names reaches paysvc,
+// which answers with it; a call without one gets an id paysvc made.
+func TestRequestIDIsSentAndEchoed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := client.New(paysvcURL, apiKey)
+	for _, tc := range []struct {
+		name string
+		opts []client.CallOption
+		want string // "" for any id paysvc makes
+	}{
+		{"given", []client.CallOption{client.WithRequestID("client-test-request-1")}, "client-test-request-1"},
+		{"not given", nil, ""},
+	} {
+		var got string
+		opts := append(tc.opts, client.WithIdempotencyKey(uniq("rid")), client.OnAttempt(func(a client.Attempt) {
+			got = a.Header.Get("X-Request-ID")
+		}))
+		if _, err := c.CreateOrder(ctx, orderReq(uniq("mo-rid")), opts...); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tc.want != "" && got != tc.want || tc.want == "" && got == "" {
+			t.Errorf("%s: answered X-Request-ID %q, want %q (any when empty)", tc.name, got, tc.want)
+		}
+	}
+}

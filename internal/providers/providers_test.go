@@ -2,6 +2,7 @@ package providers_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -106,5 +107,17 @@ func TestClientNeverFollowsARedirect(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the redirect's target got %d requests", n)
+	}
+}
+
+// TestAPINeverPrintsItsKey: an API formatted for a log or an error shows
+// its URL and never its key, however it is printed.
+func TestAPINeverPrintsItsKey(t *testing.T) {
+	t.Parallel()
+	a := providers.API{URL: "https://api.example.test", APIKey: "sk_live_do-not-print"}
+	for _, s := range []string{fmt.Sprint(a), fmt.Sprintf("%v", a), fmt.Sprintf("%s", a), fmt.Sprintf("%+v", a)} {
+		if strings.Contains(s, a.APIKey) || !strings.Contains(s, a.URL) {
+			t.Errorf("printed as %q: want the URL without the key", s)
+		}
 	}
 }
