@@ -15,6 +15,14 @@ import (
 // and locks the whole table) or max_allowed_packet.
 const DeleteChunk = 1000
 
+// PurgeRest is the rest that keeps a purge of a large backlog from taking
+// the server from the requests: four times each batch's duration. On 2
+// cores a writer's p99 went to 3.8x its normal value during a flat-out
+// purge, 2.2x resting twice as long, 1.4x resting four times, which still
+// purges thousands of rows a second, more than the machine can write
+// (docs/BENCHMARKS.md, "(e) Purge under load").
+const PurgeRest = 4
+
 // maxPurgeConflicts is how many deadlocks or lock waits one pass absorbs
 // before it leaves the rest to the next interval.
 const maxPurgeConflicts = 5

@@ -11,9 +11,6 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 )
 
-// purgeRest is how many times a batch's duration Purge rests after it.
-const purgeRest = 4
-
 // Purge deletes the records whose window ended before now, batch rows at a
 // time (db.Purge: a plain SELECT of the oldest expired keys through
 // idx_expires, then DELETEs of exactly those rows by primary key,
@@ -25,18 +22,16 @@ const purgeRest = 4
 // answered as "in flight" (TestPurgeDoesNotBlockWriters). Writers still
 // compete with purge for the server's CPU, log and buffer pool (InnoDB's
 // own purge threads finish each DELETE after it commits), so after each
-// batch Purge rests four times as long as the batch took. On 2 cores, with
-// 150,000 expired records among 300,000, a writer's p99 went to 3.8x its
-// normal value during a flat-out purge, 2.2x resting twice as long, 1.4x
-// resting four times, which still purges ~4,400 rows/s, more than this
-// machine can write (docs/BENCHMARKS.md). onBatch, if not nil, is told
-// each batch's count. Returns the rows deleted.
+// batch Purge rests db.PurgeRest times as long as the batch took: with
+// 150,000 expired records among 300,000 it still purged ~4,400 rows/s.
+// onBatch, if not nil, is told each batch's count. Returns the rows
+// deleted.
 func Purge(ctx context.Context, gdb *gorm.DB, now time.Time, batch int, onBatch func(deleted int64)) (int64, error) {
 	now = now.UTC()
 	return db.Purge{
 		What:  "idempotency records",
 		Batch: batch,
-		Rest:  purgeRest,
+		Rest:  db.PurgeRest,
 		Next: func(ctx context.Context, limit int) ([]any, error) {
 			return expiredKeys(ctx, gdb, now, limit)
 		},

@@ -12,11 +12,6 @@ import (
 	"github.com/paysvc/paysvc/internal/db"
 )
 
-// purgeRest is how many times a batch's duration Purge rests after it,
-// as idempotency.Purge does, so that a large backlog does not take the
-// server's CPU and log from the requests.
-const purgeRest = 4
-
 // Purge deletes the rows written before cutoff (now − the longest
 // idempotency window: a row outlives no record it describes), batch rows
 // at a time, and returns how many it deleted (db.Purge: a plain SELECT of
@@ -30,7 +25,7 @@ func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBat
 	return db.Purge{
 		What:  "request log",
 		Batch: batch,
-		Rest:  purgeRest,
+		Rest:  db.PurgeRest,
 		Next: func(ctx context.Context, limit int) ([]any, error) {
 			return oldIDs(ctx, gdb, cutoff, limit)
 		},
