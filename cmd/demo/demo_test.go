@@ -43,6 +43,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if !regexp.MustCompile(`anomalies\s+none`).MatchString(out) {
 		t.Errorf("demo reports anomalies:\n%s", out)
 	}
+	eventsAgree(t, out)
 	lastLine(t, out, `^VERDICT: OK after [0-9.]+s: 58 orders, no event lost or applied twice, every check held, books clean$`)
 	// 50 of the scenario, 8 of the lost-callbacks phase.
 	if n := d.Count(t, `SELECT COUNT(*) FROM orders`); n != 58 {
@@ -207,6 +208,27 @@ func runDemoArgs(t *testing.T, env map[string]string, args ...string) (stdout, s
 }
 
 // lastLine checks the output's last line against a pattern.
+// eventsAgree checks the events table's summary against the merchant
+// receiver: every event written is delivered, none is still pending or
+// failed, and the receiver processed each one once.
+func eventsAgree(t *testing.T, out string) {
+	t.Helper()
+	count := func(pattern string) string {
+		m := regexp.MustCompile(`(?m)` + pattern).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("demo output has no line matching %s:\n%s", pattern, out)
+			return ""
+		}
+		return m[1]
+	}
+	written := count(`^  written with their changes\s+([1-9]\d*): `)
+	delivered := count(`^  delivery\s+delivered (\d+)$`)
+	processed := count(`^  events processed \(once each\)\s+(\d+): `)
+	if written != delivered || written != processed {
+		t.Errorf("events written %s, delivered %s, processed by the receiver %s: want all equal", written, delivered, processed)
+	}
+}
+
 func lastLine(t *testing.T, out, pattern string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
