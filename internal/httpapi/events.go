@@ -103,9 +103,10 @@ func attemptViews(attempts []events.Attempt) []attemptJSON {
 	return out
 }
 
-type eventListJSON struct {
-	Data    []eventJSON `json:"data"`
-	HasMore bool        `json:"has_more"`
+// pageJSON is a page of a list: its items and whether more follow.
+type pageJSON[T any] struct {
+	Data    []T  `json:"data"`
+	HasMore bool `json:"has_more"`
 }
 
 // GET /v1/events?after=&limit=: one range read of idx_events_merchant.
@@ -120,7 +121,7 @@ func (s *server) listEvents(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	out := eventListJSON{Data: make([]eventJSON, len(evs)), HasMore: more}
+	out := pageJSON[eventJSON]{Data: make([]eventJSON, len(evs)), HasMore: more}
 	for i, e := range evs {
 		out.Data[i] = eventView(e)
 	}
@@ -166,11 +167,6 @@ func pageQuery(c *gin.Context) (url.Values, int, error) {
 	return q, limit, nil
 }
 
-type attemptListJSON struct {
-	Data    []attemptJSON `json:"data"`
-	HasMore bool          `json:"has_more"`
-}
-
 // GET /v1/events/{id}/attempts?after=&limit=: all of an event's attempts,
 // oldest first, after the first `after` of them. The event's read (it
 // must be the merchant's), then one range read of its attempts = 2
@@ -199,7 +195,7 @@ func (s *server) listAttempts(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.Data(200, contentTypeJSON, documents.Marshal(attemptListJSON{Data: attemptViews(attempts), HasMore: more}))
+	c.Data(200, contentTypeJSON, documents.Marshal(pageJSON[attemptJSON]{Data: attemptViews(attempts), HasMore: more}))
 }
 
 // GET /v1/events/{id}: the event, then its latest attempts = 2 SELECTs.
