@@ -1,8 +1,9 @@
 // Package netguard is the address rule of merchant-supplied URLs (README.md,
 // "Webhook endpoints"): a webhook endpoint may not point the service at
 // its own network — loopback, private, link-local (cloud metadata at
-// 169.254.169.254), CGNAT, multicast or unspecified addresses — unless the
-// operator allows it. The rule is checked twice: when the URL is written
+// 169.254.169.254), CGNAT, multicast or unspecified addresses, also when
+// written inside an IPv6 address of NAT64, 6to4 or the IPv4-compatible
+// form — unless the operator allows it. The rule is checked twice: when the URL is written
 // (CheckURL), and at every connection (Control, on the address the dialer
 // actually connects to), so that a name that resolves elsewhere later, or
 // differently for the relay than it did at creation, is refused then.
@@ -35,8 +36,22 @@ type Rule struct {
 	AllowPrivate bool
 }
 
-// cgnat is RFC 6598's shared address space; netip has no predicate for it.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+var (
+	// cgnat is RFC 6598's shared address space; netip has no predicate
+	// for it.
+	cgnat = netip.MustParsePrefix("100.64.0.0/10")
+	// IPv6 addresses that a translator or tunnel delivers to the IPv4
+	// address written inside them, so that [64:ff9b::a9fe:a9fe] reaches
+	// 169.254.169.254 on a network with NAT64: the IPv4 address is judged.
+	nat64     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the last 32 bits
+	sixToFour = netip.MustParsePrefix("2002::/16")    // RFC 3056: bits 16 to 47
+	v4Compat  = netip.MustParsePrefix("::/96")        // RFC 4291, deprecated: the last 32 bits
+	// nat64Local is RFC 8215's prefix for a network's own translators,
+	// which place the IPv4 address by their own prefix length; and
+	// fec0::/10 is the deprecated site-local range, private where used.
+	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
+	siteLocal  = netip.MustParsePrefix("fec0::/10")
+)
 
 // Refused reports why ip is refused, or "" when it is a public address.
 func Refused(ip netip.Addr) string {
@@ -60,8 +75,34 @@ func Refused(ip netip.Addr) string {
 		return "address in 0.0.0.0/8"
 	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		return "broadcast address"
+	case nat64Local.Contains(ip):
+		return "local-use NAT64 address"
+	case siteLocal.Contains(ip):
+		return "site-local address"
+	}
+	if v4, via := embeddedIPv4(ip); via != "" {
+		if why := Refused(v4); why != "" {
+			return fmt.Sprintf("%s (%s, %s)", why, v4, via)
+		}
 	}
 	return ""
+}
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries to a
+// translator or tunnel, and which one; via is "" when it carries none.
+func embeddedIPv4(ip netip.Addr) (v4 netip.Addr, via string) {
+	b := ip.As16()
+	switch {
+	case !ip.Is6():
+		return netip.Addr{}, ""
+	case nat64.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "through NAT64"
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), "through 6to4"
+	case v4Compat.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible"
+	}
+	return netip.Addr{}, ""
 }
 
 // CheckIP refuses ip unless the rule allows it.

@@ -41,6 +41,11 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		"http://[::]/", "http://[fe80::1]/", "http://[fc00::1]/", "http://[fd12:3456::1]/", "http://224.0.0.1/",
 		"http://[ff02::1]/", "http://[::ffff:127.0.0.1]/", "http://[::ffff:169.254.169.254]/", "http://255.255.255.255/",
 		"http://0.1.2.3/",
+		// IPv4 inside IPv6: NAT64, 6to4, IPv4-compatible; a local NAT64
+		// prefix and site-local.
+		"http://[64:ff9b::a9fe:a9fe]/", "http://[64:ff9b::10.0.0.1]/", "http://[64:ff9b::127.0.0.1]/",
+		"http://[2002:7f00:1::1]/", "http://[2002:a9fe:a9fe::]/", "http://[2002:c0a8:101:1::1]/",
+		"http://[::127.0.0.1]/", "http://[::10.1.2.3]/", "http://[64:ff9b:1::cb00:7109]/", "http://[fec0::1]/",
 	} {
 		err := strict.CheckURL(context.Background(), u, noDNS(t))
 		if !errors.Is(err, netguard.ErrForbidden) {
@@ -50,6 +55,12 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 	// A name is refused for what it resolves to.
 	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9", "10.1.2.3")); !errors.Is(err, netguard.ErrForbidden) {
 		t.Errorf("a name resolving to a private address: %v", err)
+	}
+	// On an IPv6-only network, DNS64 answers a name whose A record is
+	// 10.1.2.3 with 64:ff9b::a01:203, which NAT64 delivers to 10.1.2.3.
+	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("64:ff9b::a01:203")); !errors.Is(err, netguard.ErrForbidden) ||
+		!strings.Contains(err.Error(), "private address (10.1.2.3, through NAT64)") {
+		t.Errorf("a name DNS64 maps to a private address: %v", err)
 	}
 	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9")); err != nil {
 		t.Errorf("a name resolving to a public address: %v", err)
@@ -78,6 +89,9 @@ func TestCheckURLShape(t *testing.T) {
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")), true},
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")+1), false},
 		{netguard.Rule{}, "https://203.0.113.7/hook", true},
+		{netguard.Rule{}, "https://[2606:4700::1111]/hook", true},
+		{netguard.Rule{}, "https://[64:ff9b::cb00:7107]/hook", true}, // 203.0.113.7 through NAT64
+		{netguard.Rule{}, "https://[2002:cb00:7107::1]/hook", true},  // and through 6to4
 	} {
 		err := c.rule.CheckURL(context.Background(), c.url, noDNS(t))
 		if (err == nil) != c.ok {
@@ -89,7 +103,8 @@ func TestCheckURLShape(t *testing.T) {
 func TestControlRefusesTheDialledAddress(t *testing.T) {
 	t.Parallel()
 	strict := netguard.Rule{}
-	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "10.0.0.1:80", "169.254.169.254:80", "100.64.0.1:80", "0.0.0.0:80", "[::ffff:192.168.1.1]:80"} {
+	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "10.0.0.1:80", "169.254.169.254:80", "100.64.0.1:80", "0.0.0.0:80", "[::ffff:192.168.1.1]:80",
+		"[64:ff9b::a9fe:a9fe]:80", "[2002:a00:1::1]:443", "[::7f00:1]:80"} {
 		if err := strict.Control("tcp", a, nil); !errors.Is(err, netguard.ErrForbidden) {
 			t.Errorf("%s: %v", a, err)
 		}
