@@ -178,6 +178,12 @@ func (r Rule) CheckURL(ctx context.Context, raw string, resolve Resolver) error 
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return fmt.Errorf("loopback name %s: %w", host, ErrForbidden)
 	}
+	// No top-level domain is numeric, so a host such as 0177.0.0.1,
+	// 2130706433 or 0x7f.1 is an IPv4 address in a form that resolvers
+	// read differently (inet_aton takes each as 127.0.0.1): refused.
+	if last := host[strings.LastIndexByte(host, '.')+1:]; strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
+		return fmt.Errorf("host %s: an IPv4 address must be written as four decimal numbers: %w", host, ErrForbidden)
+	}
 	if resolve == nil {
 		resolve = DefaultResolver
 	}

@@ -45,6 +45,8 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		// prefix and site-local.
 		"http://[64:ff9b::a9fe:a9fe]/", "http://[64:ff9b::10.0.0.1]/", "http://[64:ff9b::127.0.0.1]/",
 		"http://[2002:7f00:1::1]/", "http://[2002:a9fe:a9fe::]/", "http://[2002:c0a8:101:1::1]/",
+		// IPv4 addresses in the forms inet_aton reads as 127.0.0.1.
+		"http://0177.0.0.1/", "http://2130706433/", "http://0x7f.1/", "http://127.1/", "http://0x7f000001/",
 		"http://[::127.0.0.1]/", "http://[::10.1.2.3]/", "http://[64:ff9b:1::cb00:7109]/", "http://[fec0::1]/",
 	} {
 		err := strict.CheckURL(context.Background(), u, noDNS(t))
@@ -90,6 +92,7 @@ func TestCheckURLShape(t *testing.T) {
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")+1), false},
 		{netguard.Rule{}, "https://203.0.113.7/hook", true},
 		{netguard.Rule{}, "https://[2606:4700::1111]/hook", true},
+		{netguard.Rule{}, "https://203.0.113.7:8443/hook", true},
 		{netguard.Rule{}, "https://[64:ff9b::cb00:7107]/hook", true}, // 203.0.113.7 through NAT64
 		{netguard.Rule{}, "https://[2002:cb00:7107::1]/hook", true},  // and through 6to4
 	} {
