@@ -3,10 +3,11 @@
 // its own network — loopback, private, link-local (cloud metadata at
 // 169.254.169.254), CGNAT, multicast or unspecified addresses, also when
 // written inside an IPv6 address of NAT64, 6to4 or the IPv4-compatible
-// form — unless the operator allows it. The rule is checked twice: when the URL is written
-// (CheckURL), and at every connection (Control, on the address the dialer
-// actually connects to), so that a name that resolves elsewhere later, or
-// differently for the relay than it did at creation, is refused then.
+// form — unless the operator allows it. The rule is checked twice: when
+// the URL is written (CheckURL), and at every connection (Control, on the
+// address the dialer actually connects to), so that a name that resolves
+// elsewhere later, or differently for the relay than it did at creation,
+// is refused then.
 package netguard
 
 import (
