@@ -207,7 +207,6 @@ func runDemoArgs(t *testing.T, env map[string]string, args ...string) (stdout, s
 	return out.String(), errb.String()
 }
 
-// lastLine checks the output's last line against a pattern.
 // eventsAgree checks the events table's summary against the merchant
 // receiver: every event written is delivered, none is still pending or
 // failed, and the receiver processed each one once.
@@ -229,6 +228,7 @@ func eventsAgree(t *testing.T, out string) {
 	}
 }
 
+// lastLine checks the output's last line against a pattern.
 func lastLine(t *testing.T, out, pattern string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
