@@ -142,12 +142,10 @@ func NewCache(requests, upkeep *gorm.DB, opts CacheOptions) *Cache {
 // merchant is Authenticator.Merchant for a well-formed key of hash h.
 func (c *Cache) merchant(ctx context.Context, h [32]byte) (string, error) {
 	now := c.now()
-	c.mu.RLock()
-	e := c.entries[h]
-	c.mu.RUnlock()
-	if e == nil || now.Sub(e.state.Load().confirmed) >= entryLife {
+	e := c.fresh(h, now)
+	if e == nil {
 		var err error
-		if e, err = c.lookup(ctx, h); err != nil || e == nil {
+		if e, err = c.lookup(ctx, h, now); err != nil || e == nil {
 			return "", err
 		}
 	}
@@ -170,13 +168,31 @@ type flight struct {
 	gone bool
 }
 
+// fresh returns the entry of hash h if the database's word on it is
+// younger than entryLife at now, else nil.
+func (c *Cache) fresh(h [32]byte, now time.Time) *entry {
+	c.mu.RLock()
+	e := c.entries[h]
+	c.mu.RUnlock()
+	if e == nil || now.Sub(e.state.Load().confirmed) >= entryLife {
+		return nil
+	}
+	return e
+}
+
 // lookup reads the key of hash h, or joins a read of it already running;
 // nil without error means the database has no such key.
-func (c *Cache) lookup(ctx context.Context, h [32]byte) (*entry, error) {
+func (c *Cache) lookup(ctx context.Context, h [32]byte, now time.Time) (*entry, error) {
 	for {
 		c.flightsMu.Lock()
 		f, running := c.flights[h]
 		if !running {
+			// A read that ended between the caller's look and here has
+			// stored its entry before leaving c.flights: use it.
+			if e := c.fresh(h, now); e != nil {
+				c.flightsMu.Unlock()
+				return e, nil
+			}
 			f = &flight{done: make(chan struct{})}
 			c.flights[h] = f
 		}
