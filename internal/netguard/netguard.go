@@ -1,13 +1,14 @@
 // Package netguard is the address rule of merchant-supplied URLs (README.md,
 // "Webhook endpoints"): a webhook endpoint may not point the service at
-// its own network — loopback, private, link-local (cloud metadata at
-// 169.254.169.254), CGNAT, multicast or unspecified addresses, also when
-// written inside an IPv6 address of NAT64, 6to4 or the IPv4-compatible
-// form — unless the operator allows it. The rule is checked twice: when
-// the URL is written (CheckURL), and at every connection (Control, on the
-// address the dialer actually connects to), so that a name that resolves
-// elsewhere later, or differently for the relay than it did at creation,
-// is refused then.
+// its own network. Only a globally reachable unicast address is allowed,
+// not a loopback, private, link-local (cloud metadata at 169.254.169.254),
+// CGNAT, multicast, unspecified, reserved, benchmarking or documentation
+// one, also when written inside an IPv6 address of NAT64, 6to4 or the
+// IPv4-compatible form, unless the operator allows it. The rule is
+// checked twice: when the URL is written (CheckURL), and at every
+// connection (Control, on the address the dialer actually connects to),
+// so that a name that resolves elsewhere later, or differently for the
+// relay than it did at creation, is refused then.
 package netguard
 
 import (
@@ -37,49 +38,64 @@ type Rule struct {
 	AllowPrivate bool
 }
 
+// notGlobal is every range that IANA's special-purpose address
+// registries mark as not globally reachable, with multicast, each with the
+// words an error gives for it; the first match names an address. No
+// merchant's receiver lives in these ranges, and the service's own network
+// may: proxies in fake-IP mode answer names with 198.18.0.0/15, and some
+// Kubernetes clusters number their pods in 240.0.0.0/4.
+var notGlobal = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "address in 0.0.0.0/8"},
+	{netip.MustParsePrefix("10.0.0.0/8"), "private address"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "shared (CGNAT) address"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback address"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local address"},
+	{netip.MustParsePrefix("172.16.0.0/12"), "private address"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol address"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation address"},
+	{netip.MustParsePrefix("192.168.0.0/16"), "private address"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking address"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation address"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation address"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast address"},
+	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast address"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved address"},
+	{netip.MustParsePrefix("::/128"), "unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "loopback address"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64 address"},
+	{netip.MustParsePrefix("100::/64"), "discard-only address"},
+	{netip.MustParsePrefix("2001::/23"), "IETF protocol address"}, // Teredo's 2001::/32 among them
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation address"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation address"},
+	{netip.MustParsePrefix("5f00::/16"), "segment-routing address"},
+	{netip.MustParsePrefix("fc00::/7"), "private (unique-local) address"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local address"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local address"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast address"},
+}
+
+// IPv6 addresses that a translator or tunnel delivers to the IPv4 address
+// written inside them, so that [64:ff9b::a9fe:a9fe] reaches
+// 169.254.169.254 on a network with NAT64: the IPv4 address is judged.
 var (
-	// cgnat is RFC 6598's shared address space; netip has no predicate
-	// for it.
-	cgnat = netip.MustParsePrefix("100.64.0.0/10")
-	// IPv6 addresses that a translator or tunnel delivers to the IPv4
-	// address written inside them, so that [64:ff9b::a9fe:a9fe] reaches
-	// 169.254.169.254 on a network with NAT64: the IPv4 address is judged.
 	nat64     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the last 32 bits
 	sixToFour = netip.MustParsePrefix("2002::/16")    // RFC 3056: bits 16 to 47
 	v4Compat  = netip.MustParsePrefix("::/96")        // RFC 4291, deprecated: the last 32 bits
-	// nat64Local is RFC 8215's prefix for a network's own translators,
-	// which place the IPv4 address by their own prefix length; and
-	// fec0::/10 is the deprecated site-local range, private where used.
-	nat64Local = netip.MustParsePrefix("64:ff9b:1::/48")
-	siteLocal  = netip.MustParsePrefix("fec0::/10")
 )
 
 // Refused reports why ip is refused, or "" when it is a public address.
 func Refused(ip netip.Addr) string {
 	ip = ip.Unmap()
-	switch {
-	case !ip.IsValid():
+	if !ip.IsValid() {
 		return "not an IP address"
-	case ip.IsUnspecified():
-		return "unspecified address"
-	case ip.IsLoopback():
-		return "loopback address"
-	case ip.IsPrivate():
-		return "private address"
-	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
-		return "link-local address"
-	case ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
-		return "multicast address"
-	case cgnat.Contains(ip):
-		return "shared (CGNAT) address"
-	case ip.Is4() && ip.As4()[0] == 0:
-		return "address in 0.0.0.0/8"
-	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return "broadcast address"
-	case nat64Local.Contains(ip):
-		return "local-use NAT64 address"
-	case siteLocal.Contains(ip):
-		return "site-local address"
+	}
+	for _, r := range notGlobal {
+		if r.prefix.Contains(ip) {
+			return r.what
+		}
 	}
 	if v4, via := embeddedIPv4(ip); via != "" {
 		if why := Refused(v4); why != "" {

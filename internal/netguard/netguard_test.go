@@ -48,6 +48,12 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		// IPv4 addresses in the forms inet_aton reads as 127.0.0.1.
 		"http://0177.0.0.1/", "http://2130706433/", "http://0x7f.1/", "http://127.1/", "http://0x7f000001/",
 		"http://[::127.0.0.1]/", "http://[::10.1.2.3]/", "http://[64:ff9b:1::cb00:7109]/", "http://[fec0::1]/",
+		// Not globally reachable: IETF protocol, documentation,
+		// benchmarking (fake-IP proxies), reserved; discard-only, Teredo
+		// and the other IETF protocol ranges, segment routing.
+		"http://192.0.0.170/", "http://192.0.2.1/", "http://198.51.100.1/", "http://203.0.113.9/",
+		"http://198.18.0.1/", "http://198.19.255.254/", "http://240.0.0.1/", "http://[64:ff9b::c612:1]/",
+		"http://[100::1]/", "http://[2001::a9fe:a9fe]/", "http://[2001:db8::1]/", "http://[3fff::1]/", "http://[5f00::1]/",
 	} {
 		err := strict.CheckURL(context.Background(), u, noDNS(t))
 		if !errors.Is(err, netguard.ErrForbidden) {
@@ -55,7 +61,7 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		}
 	}
 	// A name is refused for what it resolves to.
-	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9", "10.1.2.3")); !errors.Is(err, netguard.ErrForbidden) {
+	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("1.1.1.1", "10.1.2.3")); !errors.Is(err, netguard.ErrForbidden) {
 		t.Errorf("a name resolving to a private address: %v", err)
 	}
 	// On an IPv6-only network, DNS64 answers a name whose A record is
@@ -64,7 +70,7 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		!strings.Contains(err.Error(), "private address (10.1.2.3, through NAT64)") {
 		t.Errorf("a name DNS64 maps to a private address: %v", err)
 	}
-	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("203.0.113.9")); err != nil {
+	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("1.1.1.1", "2606:4700::1111")); err != nil {
 		t.Errorf("a name resolving to a public address: %v", err)
 	}
 }
@@ -90,11 +96,11 @@ func TestCheckURLShape(t *testing.T) {
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1:99999/", false},
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")), true},
 		{netguard.Rule{AllowPrivate: true}, "https://127.0.0.1/" + strings.Repeat("a", netguard.MaxURL-len("https://127.0.0.1/")+1), false},
-		{netguard.Rule{}, "https://203.0.113.7/hook", true},
+		{netguard.Rule{}, "https://1.1.1.1/hook", true},
 		{netguard.Rule{}, "https://[2606:4700::1111]/hook", true},
-		{netguard.Rule{}, "https://203.0.113.7:8443/hook", true},
-		{netguard.Rule{}, "https://[64:ff9b::cb00:7107]/hook", true}, // 203.0.113.7 through NAT64
-		{netguard.Rule{}, "https://[2002:cb00:7107::1]/hook", true},  // and through 6to4
+		{netguard.Rule{}, "https://1.1.1.1:8443/hook", true},
+		{netguard.Rule{}, "https://[64:ff9b::101:101]/hook", true}, // 1.1.1.1 through NAT64
+		{netguard.Rule{}, "https://[2002:101:101::1]/hook", true},  // and through 6to4
 	} {
 		err := c.rule.CheckURL(context.Background(), c.url, noDNS(t))
 		if (err == nil) != c.ok {
@@ -107,12 +113,12 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 	t.Parallel()
 	strict := netguard.Rule{}
 	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "10.0.0.1:80", "169.254.169.254:80", "100.64.0.1:80", "0.0.0.0:80", "[::ffff:192.168.1.1]:80",
-		"[64:ff9b::a9fe:a9fe]:80", "[2002:a00:1::1]:443", "[::7f00:1]:80"} {
+		"[64:ff9b::a9fe:a9fe]:80", "[2002:a00:1::1]:443", "[::7f00:1]:80", "198.18.0.1:80", "240.1.2.3:443", "[2001:0:4136:e378::1]:443"} {
 		if err := strict.Control("tcp", a, nil); !errors.Is(err, netguard.ErrForbidden) {
 			t.Errorf("%s: %v", a, err)
 		}
 	}
-	if err := strict.Control("tcp", "203.0.113.7:443", nil); err != nil {
+	if err := strict.Control("tcp", "1.1.1.1:443", nil); err != nil {
 		t.Errorf("public: %v", err)
 	}
 	if err := (netguard.Rule{AllowPrivate: true}).Control("tcp", "127.0.0.1:80", nil); err != nil {
