@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
@@ -116,4 +117,53 @@ func onCall(n int, err error) func(call int) error {
 		}
 		return nil
 	}
+}
+
+// TestPurgeRests: after each full batch the pass pauses Rest times as
+// long as the batch took, so that a backlog leaves the server to the
+// requests. Each Delete takes at least 30 ms here, so the gap between two
+// batches is at least 30 ms of work and 4 × 30 ms of rest; a last, short
+// batch ends the pass without one.
+func TestPurgeRests(t *testing.T) {
+	t.Parallel()
+	const work = 30 * time.Millisecond
+	d := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	if err := d.Gorm.Exec("CREATE TABLE kv (k INT PRIMARY KEY)").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Gorm.Exec("INSERT INTO kv VALUES (1), (2), (3), (4), (5)").Error; err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Time
+	start := time.Now()
+	n, err := db.Purge{
+		What:  "kv",
+		Batch: 2,
+		Rest:  4,
+		Next: func(ctx context.Context, limit int) ([]any, error) {
+			return db.QueryAll(ctx, d.Gorm, func(r *sql.Rows) (any, error) {
+				var k int64
+				err := r.Scan(&k)
+				return k, err
+			}, "SELECT k FROM kv ORDER BY k LIMIT ?", limit)
+		},
+		Delete: func(ctx context.Context, tx *gorm.DB, keys []any) (int64, error) {
+			time.Sleep(work)
+			return db.Exec(ctx, tx, "DELETE FROM kv WHERE k IN (?"+strings.Repeat(",?", len(keys)-1)+")", keys...)
+		},
+		OnBatch: func(int64) { at = append(at, time.Now()) },
+	}.Run(ctx, d.Gorm)
+	if n != 5 || err != nil {
+		t.Fatalf("Run: %d, %v; want 5 rows", n, err)
+	}
+	if len(at) != 3 {
+		t.Fatalf("%d batches, want 3 (2, 2, 1)", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < work+4*work {
+			t.Errorf("batch %d came %v after the one before it, want at least %v (its work and the rest)", i+1, gap, 5*work)
+		}
+	}
+	t.Logf("batches at %v, %v, %v after the start", at[0].Sub(start), at[1].Sub(start), at[2].Sub(start))
 }

@@ -23,12 +23,16 @@ import (
 // ids are time-ordered), then READ COMMITTED transactions that lock those
 // still not pending (a redelivery may have come between) and delete them,
 // then their deliveries and attempts by key, so that it locks only the
-// rows it deletes. onBatch, if set, is told each batch's count.
+// rows it deletes. After each batch it rests db.PurgeRest times as long
+// as the batch took, as the other purges do: a batch deletes from three
+// tables, and a backlog purged flat out would take the server from the
+// requests. onBatch, if set, is told each batch's count.
 func Purge(ctx context.Context, gdb *gorm.DB, cutoff time.Time, batch int, onBatch func(deleted int64)) (int64, error) {
 	bound := idBefore(cutoff)
 	return db.Purge{
 		What:  "events",
 		Batch: batch,
+		Rest:  db.PurgeRest,
 		Next: func(ctx context.Context, limit int) ([]any, error) {
 			return oldIDs(ctx, gdb, bound, limit)
 		},
