@@ -112,12 +112,8 @@ func (t HTTPTimeouts) orDefaults(requestTimeout time.Duration) HTTPTimeouts {
 	return t
 }
 
-// NewHTTPServer is the server Serve runs, with the default timeouts.
-func NewHTTPServer(h http.Handler, requestTimeout time.Duration) *http.Server {
-	return newHTTPServer(h, DefaultHTTPTimeouts(requestTimeout))
-}
-
-func newHTTPServer(h http.Handler, t HTTPTimeouts) *http.Server {
+// NewHTTPServer is the server Serve runs h with, under timeouts t.
+func NewHTTPServer(h http.Handler, t HTTPTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: t.ReadHeader,
@@ -143,7 +139,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	limited := connlimit.New(ln, maxConns, a.Log)
-	srv := newHTTPServer(a.Handler, timeouts)
+	srv := NewHTTPServer(a.Handler, timeouts)
 	srv.ConnState = limited.ConnState
 	srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn)
 	errc := make(chan error, 1)

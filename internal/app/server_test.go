@@ -386,7 +386,7 @@ func answers(rs []slowResult) string {
 // TestHTTPServerDefaults pins the timeouts the service runs with (README.md,
 // "HTTP server timeouts"); the slow-client test runs with shorter ones.
 func TestHTTPServerDefaults(t *testing.T) {
-	srv := app.NewHTTPServer(http.NotFoundHandler(), 10*time.Second)
+	srv := app.NewHTTPServer(http.NotFoundHandler(), app.DefaultHTTPTimeouts(10*time.Second))
 	got := app.HTTPTimeouts{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout}
 	want := app.HTTPTimeouts{ReadHeader: 5 * time.Second, Read: 15 * time.Second, Write: 15 * time.Second, Idle: 60 * time.Second}
 	if got != want || srv.MaxHeaderBytes != 64<<10 {
