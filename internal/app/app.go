@@ -22,6 +22,7 @@ import (
 	"github.com/paysvc/paysvc/internal/idempotency"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/migrate"
+	"github.com/paysvc/paysvc/internal/netguard"
 	"github.com/paysvc/paysvc/internal/orders"
 	"github.com/paysvc/paysvc/internal/outbox"
 	"github.com/paysvc/paysvc/internal/payments"
@@ -78,6 +79,10 @@ type Options struct {
 	// RefundNo replaces the refund number generator (tests of events
 	// that arrive before their refund).
 	RefundNo func() string
+	// Resolve replaces the lookup of webhook endpoint URLs' host names at
+	// creation and update (tests of a name whose answer changes); nil is
+	// the system's resolver. The relay's dialer resolves as the system does.
+	Resolve netguard.Resolver
 	// RedisOpTimeout replaces the Redis pre-check's 50 ms per command
 	// (storm tests under the race detector, where the scheduler, not
 	// Redis, makes commands late); zero keeps it.
@@ -162,6 +167,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	if err != nil {
 		return nil, err
 	}
+	notify.endpoints.Resolve = opts.Resolve
 	// The keyring's loop writes through the request pool until it stops:
 	// pushed after the pool, it is closed before it.
 	keys, err := openKeyring(ctx, cfg, dbcfg, gdb, m, log, now)

@@ -54,59 +54,70 @@ func stringList(obj map[string]any, name string) ([]string, bool, error) {
 	return out, true, nil
 }
 
-// checkURL applies the address rule to a URL as written.
-func (s *server) checkURL(ctx context.Context, raw string) error {
-	if err := s.endpoints.Rule.CheckURL(ctx, raw, s.endpoints.Resolve); err != nil {
+// checkName applies the address rule to what the URL's host name
+// resolves to now; "" is no name to resolve.
+func (s *server) checkName(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	if err := s.endpoints.Rule.CheckName(ctx, name, s.endpoints.Resolve); err != nil {
 		return validate.Invalid("url", err.Error())
 	}
 	return nil
 }
 
-// endpointFields reads the fields common to create and update; present
-// says which were given.
-func (s *server) endpointFields(ctx context.Context, obj map[string]any, createURL bool) (endpoints.Patch, error) {
-	var p endpoints.Patch
+// endpointFields reads the fields common to create and update, the URL
+// checked as written; name is its host name, whose addresses are still to
+// be judged (checkName), "" if none are.
+func (s *server) endpointFields(obj map[string]any, createURL bool) (p endpoints.Patch, name string, err error) {
 	f := validate.New(obj, "")
 	if _, ok := obj["url"]; ok || createURL {
 		u := f.Text("url", true, netguard.MaxURL)
 		if err := f.Err(); err != nil {
-			return p, err
+			return p, "", err
 		}
-		if err := s.checkURL(ctx, u); err != nil {
-			return p, err
+		if name, err = s.endpoints.Rule.CheckForm(u); err != nil {
+			return p, "", validate.Invalid("url", err.Error())
 		}
 		p.URL = &u
 	}
 	if _, ok := obj["description"]; ok {
 		d := f.FreeText("description", endpoints.MaxDescription)
 		if err := f.Err(); err != nil {
-			return p, err
+			return p, "", err
 		}
 		p.Description = &d
 	}
 	list, given, err := stringList(obj, "enabled_events")
 	if err != nil {
-		return p, err
+		return p, "", err
 	}
 	if given {
 		if p.EnabledEvents, err = endpoints.ParseFilter(list, events.KnownType); err != nil {
-			return p, err
+			return p, "", err
 		}
 	}
-	return p, nil
+	return p, name, nil
 }
 
 // POST /v1/webhook_endpoints (Idempotency-Key): 201 with the endpoint.
-// The URL is checked (and its name resolved) before the engine, outside
-// any transaction.
+// The URL's name is resolved before the engine, outside any transaction,
+// but a refusal is answered through the engine: what the name resolves
+// to may change between a request and its retry, and the retry of a
+// creation that finished must get the answer stored for it, not a 400
+// that would have the merchant create the endpoint a second time. A
+// request the engine runs fails with the 400, which is not stored.
 func (s *server) createEndpoint(c *gin.Context) {
 	merchant := merchantOf(c)
-	var p endpoints.Patch
+	var (
+		p    endpoints.Patch
+		name string
+	)
 	req, ok := s.merchantRequest(c, false, func(obj map[string]any) (err error) {
 		if err := validate.New(obj, "").Only("url", "enabled_events", "description"); err != nil {
 			return err
 		}
-		p, err = s.endpointFields(c.Request.Context(), obj, true)
+		p, name, err = s.endpointFields(obj, true)
 		return err
 	})
 	if !ok {
@@ -122,6 +133,10 @@ func (s *server) createEndpoint(c *gin.Context) {
 	}
 	if p.Description != nil {
 		in.Description = *p.Description
+	}
+	if err := s.checkName(c.Request.Context(), name); err != nil {
+		s.idempotent(c, req, func(context.Context, *gorm.DB) (idempotency.Response, error) { return idempotency.Response{}, err })
+		return
 	}
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
 		e, err := endpoints.Create(ctx, tx, s.endpoints.Keys, merchant, in, s.now())
@@ -171,7 +186,10 @@ func (s *server) updateEndpoint(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	p, err := s.endpointFields(ctx, obj, false)
+	p, name, err := s.endpointFields(obj, false)
+	if err == nil {
+		err = s.checkName(ctx, name)
+	}
 	if err != nil {
 		s.fail(c, err)
 		return

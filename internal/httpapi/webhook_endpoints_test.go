@@ -2,12 +2,16 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +32,11 @@ type weEnv struct {
 
 func weNew(t *testing.T, tune func(*config.Config)) *weEnv {
 	t.Helper()
+	return weStart(t, tune, app.Options{NoRelay: true})
+}
+
+func weStart(t *testing.T, tune func(*config.Config), opts app.Options) *weEnv {
+	t.Helper()
 	d := dbtest.New(t)
 	cfg := config.Defaults()
 	cfg.DSN = d.DSN
@@ -37,7 +46,7 @@ func weNew(t *testing.T, tune func(*config.Config)) *weEnv {
 	if tune != nil {
 		tune(&cfg)
 	}
-	_, srv := apptest.Start(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), app.Options{NoRelay: true})
+	_, srv := apptest.Start(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), opts)
 	client := srv.Client()
 	client.Transport = apitest.NewValidator(t).Transport(t, client.Transport)
 	return &weEnv{db: d, url: srv.URL, client: client}
@@ -285,4 +294,56 @@ func TestWebhookEndpointsRefuseInternalAddresses(t *testing.T) {
 	if n := e.db.Count(t, `SELECT COUNT(*) FROM webhook_endpoints`); n != 0 {
 		t.Fatalf("%d endpoints accepted", n)
 	}
+}
+
+// What a URL's name resolves to is the name owner's to change, between a
+// creation and its retry too. The retry of a creation that finished gets
+// its stored answer whatever the name resolves to now; a new request is
+// judged by what it resolves to now, and its refusal is not stored, so
+// that its own retry, once the name resolves, creates the endpoint.
+func TestWebhookEndpointCreateRetryIsNotJudgedByTheNameAgain(t *testing.T) {
+	t.Parallel()
+	var answer atomic.Value // the addresses the name resolves to; none: it does not
+	answer.Store([]netip.Addr{netip.MustParseAddr("1.1.1.1")})
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host != "hooks.merchant.test" {
+			return nil, fmt.Errorf("looked up %s", host)
+		}
+		if a := answer.Load().([]netip.Addr); len(a) > 0 {
+			return a, nil
+		}
+		return nil, errors.New("SERVFAIL")
+	}
+	e := weStart(t, func(c *config.Config) { c.Endpoints.AllowPrivate = false },
+		app.Options{NoRelay: true, Resolve: resolve})
+	const body = `{"url":"https://hooks.merchant.test/paysvc"}`
+	first := e.create(t, "dns-1", body)
+	wantStatus(t, "create while the name is public", first, 201, "")
+
+	answer.Store([]netip.Addr{netip.MustParseAddr("10.1.2.3")})
+	retry := e.create(t, "dns-1", body)
+	if retry.status != 201 || !bytes.Equal(retry.body, first.body) || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry of a finished creation, the name now private: %d %s, want the stored 201", retry.status, retry.body)
+	}
+	refused := e.create(t, "dns-2", body)
+	wantStatus(t, "a new creation, the name now private", refused, 400, "invalid_request")
+	if d := refused.str("detail"); !strings.HasPrefix(d, "url: host hooks.merchant.test resolves to a private address 10.1.2.3") {
+		t.Errorf("detail %q", d)
+	}
+
+	answer.Store([]netip.Addr(nil))
+	wantStatus(t, "a creation, the name not resolving", e.create(t, "dns-3", body), 400, "invalid_request")
+	if n := e.db.Count(t, `SELECT COUNT(*) FROM idempotency_records`); n != 1 {
+		t.Fatalf("%d idempotency records, want 1: a refusal by the name was stored", n)
+	}
+	answer.Store([]netip.Addr{netip.MustParseAddr("1.1.1.1")})
+	wantStatus(t, "its retry, the name resolving again", e.create(t, "dns-3", body), 201, "")
+	if n := e.db.Count(t, `SELECT COUNT(*) FROM webhook_endpoints`); n != 2 {
+		t.Fatalf("%d endpoints, want 2 (dns-1 and dns-3)", n)
+	}
+
+	// An update has no key: it is judged by what the name resolves to.
+	answer.Store([]netip.Addr{netip.MustParseAddr("169.254.169.254")})
+	upd := e.do(t, ctAcmeKey, "PATCH", "/v1/webhook_endpoints/"+first.str("id"), "", `{"url":"https://hooks.merchant.test/v2"}`)
+	wantStatus(t, "an update to the name, now link-local", upd, 400, "invalid_request")
 }

@@ -144,75 +144,95 @@ func DefaultResolver(ctx context.Context, host string) ([]netip.Addr, error) {
 // lookupBudget bounds a name's resolution at creation.
 const lookupBudget = 3 * time.Second
 
-// CheckURL checks an endpoint URL as written: absolute, https (or http
-// when allowed), at most MaxURL bytes, no user-info, a host, and a host
-// that is not — and does not resolve to — an address the rule refuses.
-// "localhost" and names under ".localhost" are loopback by definition
-// (RFC 6761) and are refused without a lookup. The error says what is
-// wrong in words a client can act on; it never quotes user-info.
+// CheckURL checks an endpoint URL as written and the addresses its host
+// resolves to: CheckForm, then CheckName on the name it returns.
 func (r Rule) CheckURL(ctx context.Context, raw string, resolve Resolver) error {
+	name, err := r.CheckForm(raw)
+	if err != nil || name == "" {
+		return err
+	}
+	return r.CheckName(ctx, name, resolve)
+}
+
+// CheckForm checks an endpoint URL as written: absolute, https (or http
+// when allowed), at most MaxURL bytes, no user-info, a host, and a host
+// that is not an address the rule refuses. "localhost" and names under
+// ".localhost" are loopback by definition (RFC 6761) and are refused. It
+// returns the host name whose addresses remain to be judged (CheckName),
+// "" when none do: the host is an IP address, or the rule allows private
+// addresses. It looks nothing up, so its answer for a URL never changes.
+// The error says what is wrong in words a client can act on; it never
+// quotes user-info.
+func (r Rule) CheckForm(raw string) (name string, err error) {
 	if len(raw) > MaxURL {
-		return fmt.Errorf("longer than %d characters", MaxURL)
+		return "", fmt.Errorf("longer than %d characters", MaxURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return errors.New("not a URL")
+		return "", errors.New("not a URL")
 	}
 	switch {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && r.AllowHTTP:
 	case u.Scheme == "http":
-		return errors.New("must be https (http is allowed only with PAYSVC_NOTIFY_ALLOW_HTTP=true)")
+		return "", errors.New("must be https (http is allowed only with PAYSVC_NOTIFY_ALLOW_HTTP=true)")
 	default:
-		return errors.New("must be an absolute https URL")
+		return "", errors.New("must be an absolute https URL")
 	}
 	if u.User != nil || strings.Contains(u.Host, "@") {
-		return errors.New("must not carry user-info (credentials) before the host")
+		return "", errors.New("must not carry user-info (credentials) before the host")
 	}
 	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
-		return errors.New("must be an absolute URL with a host")
+		return "", errors.New("must be an absolute URL with a host")
 	}
 	if u.Fragment != "" || strings.Contains(raw, "#") {
-		return errors.New("must not carry a fragment")
+		return "", errors.New("must not carry a fragment")
 	}
 	for _, c := range raw {
 		if c < 0x21 || c == 0x7f {
-			return errors.New("must not contain spaces or control characters")
+			return "", errors.New("must not contain spaces or control characters")
 		}
 	}
 	if p := u.Port(); p != "" {
 		if n, ok := portNumber(p); !ok || n == 0 {
-			return errors.New("has an invalid port")
+			return "", errors.New("has an invalid port")
 		}
 	}
 	if r.AllowPrivate {
-		return nil
+		return "", nil
 	}
 	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	if ip, err := netip.ParseAddr(host); err == nil {
-		return r.CheckIP(ip)
+		return "", r.CheckIP(ip)
 	}
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return fmt.Errorf("loopback name %s: %w", host, ErrForbidden)
+		return "", fmt.Errorf("loopback name %s: %w", host, ErrForbidden)
 	}
 	// No top-level domain is numeric, so a host such as 0177.0.0.1,
 	// 2130706433 or 0x7f.1 is an IPv4 address in a form that resolvers
 	// read differently (inet_aton takes each as 127.0.0.1): refused.
 	if last := host[strings.LastIndexByte(host, '.')+1:]; strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
-		return fmt.Errorf("host %s: an IPv4 address must be written as four decimal numbers: %w", host, ErrForbidden)
+		return "", fmt.Errorf("host %s: an IPv4 address must be written as four decimal numbers: %w", host, ErrForbidden)
 	}
+	return host, nil
+}
+
+// CheckName refuses a host name that does not resolve, or resolves to an
+// address the rule refuses. Its answer may change from one call to the
+// next: the name's owner decides what it resolves to.
+func (r Rule) CheckName(ctx context.Context, name string, resolve Resolver) error {
 	if resolve == nil {
 		resolve = DefaultResolver
 	}
 	lctx, cancel := context.WithTimeout(ctx, lookupBudget)
 	defer cancel()
-	ips, err := resolve(lctx, host)
+	ips, err := resolve(lctx, name)
 	if err != nil || len(ips) == 0 {
-		return fmt.Errorf("host %s does not resolve", host)
+		return fmt.Errorf("host %s does not resolve", name)
 	}
 	for _, ip := range ips {
 		if err := r.CheckIP(ip); err != nil {
-			return fmt.Errorf("host %s resolves to a %w", host, err)
+			return fmt.Errorf("host %s resolves to a %w", name, err)
 		}
 	}
 	return nil
