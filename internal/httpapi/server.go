@@ -240,6 +240,15 @@ func (s *server) checkToken(c *gin.Context, scope, key string) error {
 	return nil
 }
 
+// refuse answers, through the engine, a refusal of req that depends on
+// more than the request itself (the clock, what a name resolves to): the
+// retry of a request that finished gets the answer stored for it, and a
+// new request gets err, which is not stored. Judged before the engine
+// instead, a retry could be refused what its first attempt did.
+func (s *server) refuse(c *gin.Context, req idempotency.Request, err error) {
+	s.idempotent(c, req, func(context.Context, *gorm.DB) (idempotency.Response, error) { return idempotency.Response{}, err })
+}
+
 // idempotent runs fn through the engine (and its Redis pre-check, when
 // configured) and writes the answer.
 func (s *server) idempotent(c *gin.Context, req idempotency.Request, fn idempotency.Func) {

@@ -102,11 +102,10 @@ func (s *server) endpointFields(obj map[string]any, createURL bool) (p endpoints
 
 // POST /v1/webhook_endpoints (Idempotency-Key): 201 with the endpoint.
 // The URL's name is resolved before the engine, outside any transaction,
-// but a refusal is answered through the engine: what the name resolves
-// to may change between a request and its retry, and the retry of a
-// creation that finished must get the answer stored for it, not a 400
-// that would have the merchant create the endpoint a second time. A
-// request the engine runs fails with the 400, which is not stored.
+// and a refusal is answered through the engine (s.refuse): what the name
+// resolves to may change between a creation and its retry, and a 400 to
+// the retry of a creation that finished would have the merchant create
+// the endpoint a second time.
 func (s *server) createEndpoint(c *gin.Context) {
 	merchant := merchantOf(c)
 	var (
@@ -135,7 +134,7 @@ func (s *server) createEndpoint(c *gin.Context) {
 		in.Description = *p.Description
 	}
 	if err := s.checkName(c.Request.Context(), name); err != nil {
-		s.idempotent(c, req, func(context.Context, *gorm.DB) (idempotency.Response, error) { return idempotency.Response{}, err })
+		s.refuse(c, req, err)
 		return
 	}
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
@@ -304,12 +303,15 @@ func (s *server) recoverEndpoint(c *gin.Context) {
 		if since, err = time.Parse(time.RFC3339Nano, raw); err != nil {
 			return validate.Invalid("since", "must be an RFC 3339 time")
 		}
-		if ttl := s.endpoints.EventTTL; ttl > 0 && since.Before(s.now().Add(-ttl)) {
-			return validate.Invalid("since", "older than PAYSVC_EVENT_TTL: those events are no longer kept")
-		}
 		return nil
 	})
 	if !ok {
+		return
+	}
+	// By the clock: the retry of a recovery that finished is answered
+	// what it stored, even once since has passed out of the window.
+	if ttl := s.endpoints.EventTTL; ttl > 0 && since.Before(s.now().Add(-ttl)) {
+		s.refuse(c, req, validate.Invalid("since", "older than PAYSVC_EVENT_TTL: those events are no longer kept"))
 		return
 	}
 	id := c.Param("id")

@@ -347,3 +347,34 @@ func TestWebhookEndpointCreateRetryIsNotJudgedByTheNameAgain(t *testing.T) {
 	upd := e.do(t, ctAcmeKey, "PATCH", "/v1/webhook_endpoints/"+first.str("id"), "", `{"url":"https://hooks.merchant.test/v2"}`)
 	wantStatus(t, "an update to the name, now link-local", upd, 400, "invalid_request")
 }
+
+// A recovery's since is judged by the clock: the retry of a recovery that
+// finished gets its stored answer after since has left PAYSVC_EVENT_TTL's
+// window, and a new request is refused.
+func TestWebhookEndpointRecoverRetryIsNotJudgedByTheClockAgain(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	var ahead atomic.Int64 // how far the service's clock is ahead of ours
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	e := weStart(t, nil, app.Options{NoRelay: true, Now: now})
+	id := e.create(t, "rc-0", `{"url":"https://127.0.0.1:9/hooks"}`).str("id")
+	ttl := config.Defaults().Notify.EventTTL
+	body := `{"since":"` + start.Add(-ttl+time.Minute).UTC().Format(time.RFC3339Nano) + `"}`
+	path := "/v1/webhook_endpoints/" + id + "/recover"
+	first := e.do(t, ctAcmeKey, "POST", path, "rc-1", body)
+	wantStatus(t, "recover within the window", first, 202, "")
+
+	ahead.Store(int64(2 * time.Minute))
+	retry := e.do(t, ctAcmeKey, "POST", path, "rc-1", body)
+	if retry.status != 202 || !bytes.Equal(retry.body, first.body) || retry.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the retry of a finished recovery, since now out of the window: %d %s, want the stored 202", retry.status, retry.body)
+	}
+	refused := e.do(t, ctAcmeKey, "POST", path, "rc-2", body)
+	wantStatus(t, "a new recovery, since now out of the window", refused, 400, "invalid_request")
+	if d := refused.str("detail"); !strings.HasPrefix(d, "since:") {
+		t.Errorf("detail %q", d)
+	}
+	if n := e.db.Count(t, `SELECT COUNT(*) FROM idempotency_records`); n != 2 {
+		t.Fatalf("%d idempotency records, want 2 (rc-0, rc-1): the refusal was stored", n)
+	}
+}
