@@ -240,6 +240,9 @@ func TestExamplesMatchRealAnswers(t *testing.T) {
 	downObs := &observer{base: down.client.Transport, router: router}
 	down.client = &http.Client{Transport: downObs}
 	downOrder := down.createOrder(t, "ex-d0", "E-D", 100).field("order_no")
+	// Without PAYSVC_SECRETS_KEY, while the database answers: the refusal
+	// goes through the engine, which could replay a finished creation.
+	down.merchant(t, "POST", "/v1/webhook_endpoints", "ex-we-nokey", `{"url":"https://hooks.merchant.example/paysvc"}`)
 	proxy.Set(dbtest.Refuse)
 	down.merchant(t, "POST", "/v1/webhook_endpoints", "ex-we-down", `{"url":"https://hooks.merchant.example/paysvc"}`)
 	down.do(t, "GET", "/readyz", "")

@@ -123,7 +123,7 @@ func (s *server) createEndpoint(c *gin.Context) {
 		return
 	}
 	if !s.endpoints.Keys.Ready() {
-		s.fail(c, endpoints.ErrNoSecretsKey)
+		s.refuse(c, req, endpoints.ErrNoSecretsKey)
 		return
 	}
 	in := endpoints.Input{URL: *p.URL, EnabledEvents: p.EnabledEvents}
@@ -278,7 +278,7 @@ func (s *server) rotateSecret(c *gin.Context) {
 		return
 	}
 	if !s.endpoints.Keys.Ready() {
-		s.fail(c, endpoints.ErrNoSecretsKey)
+		s.refuse(c, req, endpoints.ErrNoSecretsKey)
 		return
 	}
 	id := c.Param("id")
