@@ -44,8 +44,7 @@ func Summarize(ctx context.Context, gdb *gorm.DB) (Summary, error) {
 	if err != nil {
 		return s, fmt.Errorf("summarize events: %w", err)
 	}
-	err = gdb.Statement.ConnPool.QueryRowContext(ctx,
-		`SELECT COUNT(*), COUNT(DISTINCT event_id) FROM event_attempts`).Scan(&s.Attempts, new(int64))
+	err = gdb.Statement.ConnPool.QueryRowContext(ctx, `SELECT COUNT(*) FROM event_attempts`).Scan(&s.Attempts)
 	if err != nil {
 		return s, fmt.Errorf("summarize attempts: %w", err)
 	}
@@ -67,7 +66,7 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(tw, "paysvc events (outbox)\t\n")
 	fmt.Fprintf(tw, "  written with their changes\t%d: %s\n", total, joinCounts(s.ByType))
 	fmt.Fprintf(tw, "  delivery\t%s\n", joinCounts(s.ByDelivery))
-	fmt.Fprintf(tw, "  attempts\t%d (%d events needed a retry)\n", s.Attempts, s.Retried)
+	fmt.Fprintf(tw, "  attempts\t%d (%d deliveries needed a retry)\n", s.Attempts, s.Retried)
 	tw.Flush()
 }
 
