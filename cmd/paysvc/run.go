@@ -29,7 +29,8 @@ Usage:
   paysvc migrate up            apply pending migrations
   paysvc migrate down [N]      revert N migrations (all without N)
   paysvc migrate version       print the schema version
-  paysvc purge                 one retention pass over expired idempotency records; prints "purged N"
+  paysvc purge                 one retention pass: expired idempotency records, events past
+                               PAYSVC_EVENT_TTL, old request log rows; prints "purged N", all three
   paysvc sweep                 one pass of the order sweep: overdue CREATED orders are recovered
                                from their provider or closed; prints "closed N, recovered M"
   paysvc reconcile             check the books; exit 0 clean, 1 findings, 2 could not run

@@ -23,7 +23,7 @@ func (a *App) purgeLoop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			a.Log.Error("purge failed", "err", err.Error(), "purged", n)
 		case err == nil && n > 0:
-			a.Log.Info("purged expired idempotency records", "purged", n)
+			a.Log.Info("purged expired idempotency records, old events and request log rows", "purged", n)
 		}
 	})
 }
