@@ -241,9 +241,10 @@ func (s *server) checkToken(c *gin.Context, scope, key string) error {
 }
 
 // refuse answers, through the engine, a refusal of req that depends on
-// more than the request itself (the clock, what a name resolves to): the
-// retry of a request that finished gets the answer stored for it, and a
-// new request gets err, which is not stored. Judged before the engine
+// more than the request itself (the clock, what a name resolves to, the
+// service's configuration): the retry of a request that finished gets the
+// answer stored for it, and a new request gets err, which is not stored
+// (docs/DESIGN.md, "Fingerprints and keys"). Judged before the engine
 // instead, a retry could be refused what its first attempt did.
 func (s *server) refuse(c *gin.Context, req idempotency.Request, err error) {
 	s.idempotent(c, req, func(context.Context, *gorm.DB) (idempotency.Response, error) { return idempotency.Response{}, err })
