@@ -3,12 +3,12 @@
 // its own network. Only a globally reachable unicast address is allowed,
 // not a loopback, private, link-local (cloud metadata at 169.254.169.254),
 // CGNAT, multicast, unspecified, reserved, benchmarking or documentation
-// one, also when written inside an IPv6 address of NAT64, 6to4 or the
-// IPv4-compatible form, unless the operator allows it. The rule is
-// checked twice: when the URL is written (CheckURL), and at every
-// connection (Control, on the address the dialer actually connects to),
-// so that a name that resolves elsewhere later, or differently for the
-// relay than it did at creation, is refused then.
+// one, nor an IPv6 address outside the global unicast range 2000::/3, also
+// when written inside an IPv6 address of NAT64 or 6to4, unless the
+// operator allows it. The rule is checked twice: when the URL is written
+// (CheckURL), and at every connection (Control, on the address the dialer
+// actually connects to), so that a name that resolves elsewhere later, or
+// differently for the relay than it did at creation, is refused then.
 package netguard
 
 import (
@@ -77,13 +77,18 @@ var notGlobal = []struct {
 	{netip.MustParsePrefix("ff00::/8"), "multicast address"},
 }
 
+// globalUnicast is the only IPv6 range IANA allocates for global unicast
+// (RFC 4291): outside it, an address is reserved, local or multicast, and
+// no receiver on the Internet has one. The named ranges of notGlobal are
+// found first, for their words.
+var globalUnicast = netip.MustParsePrefix("2000::/3")
+
 // IPv6 addresses that a translator or tunnel delivers to the IPv4 address
 // written inside them, so that [64:ff9b::a9fe:a9fe] reaches
 // 169.254.169.254 on a network with NAT64: the IPv4 address is judged.
 var (
 	nat64     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the last 32 bits
 	sixToFour = netip.MustParsePrefix("2002::/16")    // RFC 3056: bits 16 to 47
-	v4Compat  = netip.MustParsePrefix("::/96")        // RFC 4291, deprecated: the last 32 bits
 )
 
 // Refused reports why ip is refused, or "" when it is a public address.
@@ -97,10 +102,16 @@ func Refused(ip netip.Addr) string {
 			return r.what
 		}
 	}
-	if v4, via := embeddedIPv4(ip); via != "" {
+	v4, via := embeddedIPv4(ip)
+	switch {
+	case via != "":
 		if why := Refused(v4); why != "" {
 			return fmt.Sprintf("%s (%s, %s)", why, v4, via)
 		}
+	case ip.Is6() && !globalUnicast.Contains(ip):
+		// The IPv4-compatible ::a.b.c.d among them: deprecated, and no
+		// translator serves it.
+		return "reserved IPv6 address (outside 2000::/3)"
 	}
 	return ""
 }
@@ -116,8 +127,6 @@ func embeddedIPv4(ip netip.Addr) (v4 netip.Addr, via string) {
 		return netip.AddrFrom4([4]byte(b[12:16])), "through NAT64"
 	case sixToFour.Contains(ip):
 		return netip.AddrFrom4([4]byte(b[2:6])), "through 6to4"
-	case v4Compat.Contains(ip):
-		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible"
 	}
 	return netip.Addr{}, ""
 }

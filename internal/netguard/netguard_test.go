@@ -54,6 +54,9 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		"http://192.0.0.170/", "http://192.0.2.1/", "http://198.51.100.1/", "http://203.0.113.9/",
 		"http://198.18.0.1/", "http://198.19.255.254/", "http://240.0.0.1/", "http://[64:ff9b::c612:1]/",
 		"http://[100::1]/", "http://[2001::a9fe:a9fe]/", "http://[2001:db8::1]/", "http://[3fff::1]/", "http://[5f00::1]/",
+		// IPv6 outside 2000::/3: reserved (the IPv4-translated form of
+		// SIIT among them), or not yet allocated.
+		"http://[::ffff:0:a00:1]/", "http://[::ffff:0:101:101]/", "http://[1::1]/", "http://[4000::1]/", "http://[e000::1]/",
 	} {
 		err := strict.CheckURL(context.Background(), u, noDNS(t))
 		if !errors.Is(err, netguard.ErrForbidden) {
