@@ -65,6 +65,9 @@ func newNotifications(cfg config.Notify, ecfg config.Endpoints, pool *gorm.DB, m
 		log.Warn("PAYSVC_SECRETS_KEY is not set: webhook endpoints cannot be created through the API, and those that exist are not delivered to")
 	}
 	rule := netguard.Rule{AllowHTTP: ecfg.AllowHTTP, AllowPrivate: ecfg.AllowPrivate}
+	if rule.AllowPrivate {
+		log.Warn("PAYSVC_NOTIFY_ALLOW_PRIVATE=true: merchants' webhook endpoints may point at this service's own network (loopback, private addresses, cloud metadata); for a demo or a test on one machine, never in production")
+	}
 	n := events.NewNotifier(eps, rule, cfg.Concurrency, now)
 	rec := events.NewRecorder(now)
 	q := events.NewQueue(pool, events.QueueOptions{Notified: n.Notifies, Keys: keys, DisableAfter: ecfg.DisableAfter, Now: now,
