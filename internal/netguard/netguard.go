@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/idna"
 )
 
 // ErrForbidden: the address is one the rule refuses.
@@ -210,7 +212,7 @@ func (r Rule) CheckForm(raw string) (name string, err error) {
 	if r.AllowPrivate {
 		return "", nil
 	}
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	host := dialedHost(u.Hostname())
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return "", r.CheckIP(ip)
 	}
@@ -224,6 +226,32 @@ func (r Rule) CheckForm(raw string) (name string, err error) {
 		return "", fmt.Errorf("host %s: an IPv4 address must be written as four decimal numbers: %w", host, ErrForbidden)
 	}
 	return host, nil
+}
+
+// dialedHost is the host the relay connects to for a URL's hostname, in
+// lower case without a final dot: net/http dials a name that is not ASCII
+// in its IDNA form (UTS #46, as idna.Lookup writes it), where fullwidth
+// "ｌｏｃａｌｈｏｓｔ" is localhost, "１２７.０.０.１" is 127.0.0.1 and
+// "bücher.example" is xn--bcher-kva.example; a name it cannot convert is
+// dialled as written. Judging any other spelling would judge a host the
+// relay does not connect to.
+func dialedHost(hostname string) string {
+	host := hostname
+	if !isASCII(host) {
+		if a, err := idna.Lookup.ToASCII(host); err == nil {
+			host = a
+		}
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckName refuses a host name that does not resolve, or resolves to an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,8 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 		// IPv6 outside 2000::/3: reserved (the IPv4-translated form of
 		// SIIT among them), or not yet allocated.
 		"http://[::ffff:0:a00:1]/", "http://[::ffff:0:101:101]/", "http://[1::1]/", "http://[4000::1]/", "http://[e000::1]/",
+		// Names that net/http dials in their IDNA form, which is loopback.
+		"http://ｌｏｃａｌｈｏｓｔ/", "http://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ:8080/", "http://１２７.０.０.１/", "http://127。0。0。1/", "http://①②⑦.0.0.1/",
 	} {
 		err := strict.CheckURL(context.Background(), u, noDNS(t))
 		if !errors.Is(err, netguard.ErrForbidden) {
@@ -75,6 +78,25 @@ func TestCheckURLRefusesInternalAddresses(t *testing.T) {
 	}
 	if err := strict.CheckURL(context.Background(), "https://hooks.example.test/", fixed("1.1.1.1", "2606:4700::1111")); err != nil {
 		t.Errorf("a name resolving to a public address: %v", err)
+	}
+}
+
+// A name that is not ASCII is looked up, and judged, in the IDNA form
+// net/http dials.
+func TestCheckURLJudgesTheIDNAForm(t *testing.T) {
+	t.Parallel()
+	var asked []string
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		asked = append(asked, host)
+		return []netip.Addr{netip.MustParseAddr("1.1.1.1")}, nil
+	}
+	for _, u := range []string{"https://bücher.example/hook", "https://BÜCHER.example./hook", "https://xn--bcher-kva.example/hook"} {
+		if err := (netguard.Rule{}).CheckURL(context.Background(), u, resolve); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+	if want := []string{"xn--bcher-kva.example", "xn--bcher-kva.example", "xn--bcher-kva.example"}; !slices.Equal(asked, want) {
+		t.Errorf("looked up %q, want %q", asked, want)
 	}
 }
 
