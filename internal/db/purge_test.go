@@ -74,11 +74,7 @@ func TestPurgeRun(t *testing.T) {
 				What:  "kv",
 				Batch: tc.batch,
 				Next: func(ctx context.Context, limit int) ([]any, error) {
-					return db.QueryAll(ctx, d.Gorm, func(r *sql.Rows) (any, error) {
-						var k int64
-						err := r.Scan(&k)
-						return k, err
-					}, "SELECT k FROM kv WHERE k <= ? ORDER BY k LIMIT ?", old, limit)
+					return db.QueryAll(ctx, d.Gorm, scanKey, "SELECT k FROM kv WHERE k <= ? ORDER BY k LIMIT ?", old, limit)
 				},
 				Delete: func(ctx context.Context, tx *gorm.DB, keys []any) (int64, error) {
 					calls++
@@ -107,6 +103,13 @@ func TestPurgeRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scanKey reads one key of kv, as a purge's Next returns it.
+func scanKey(r *sql.Rows) (any, error) {
+	var k int64
+	err := r.Scan(&k)
+	return k, err
 }
 
 // onCall fails the n-th call with err, and no other.
@@ -142,11 +145,7 @@ func TestPurgeRests(t *testing.T) {
 		Batch: 2,
 		Rest:  4,
 		Next: func(ctx context.Context, limit int) ([]any, error) {
-			return db.QueryAll(ctx, d.Gorm, func(r *sql.Rows) (any, error) {
-				var k int64
-				err := r.Scan(&k)
-				return k, err
-			}, "SELECT k FROM kv ORDER BY k LIMIT ?", limit)
+			return db.QueryAll(ctx, d.Gorm, scanKey, "SELECT k FROM kv ORDER BY k LIMIT ?", limit)
 		},
 		Delete: func(ctx context.Context, tx *gorm.DB, keys []any) (int64, error) {
 			time.Sleep(work)
