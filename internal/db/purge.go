@@ -103,8 +103,12 @@ func (p Purge) Run(ctx context.Context, gdb *gorm.DB) (int64, error) {
 func (p Purge) deleteKeys(ctx context.Context, gdb *gorm.DB, keys []any) (int64, error) {
 	var total int64
 	for len(keys) > 0 {
-		chunk := keys[:min(DeleteChunk, len(keys))]
-		keys = keys[len(chunk):]
+		// The chunk's capacity ends with it: a Delete that appends its own
+		// arguments to the keys then gets a copy, and cannot write over the
+		// first key of the next chunk.
+		size := min(DeleteChunk, len(keys))
+		chunk := keys[:size:size]
+		keys = keys[size:]
 		var n int64
 		err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var err error

@@ -208,3 +208,25 @@ func TestPurgeDoesNotBlockWriters(t *testing.T) {
 		t.Errorf("%d records after purge and inserts, want %d", got, len(tests))
 	}
 }
+
+// TestPurgeBatchLargerThanAChunk: a batch of more keys than one DELETE
+// takes (db.DeleteChunk; the default PAYSVC_PURGE_BATCH is 5000) is
+// deleted chunk by chunk, and every expired key of it goes, the first key
+// of each chunk after the first included.
+func TestPurgeBatchLargerThanAChunk(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	const expired = 2*db.DeleteChunk + db.DeleteChunk/2
+	seedRecords(t, d.Gorm, "old-", expired, now.Add(-time.Minute))
+	n, err := idempotency.Purge(context.Background(), d.Gorm, now, 5000, nil)
+	if err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	if n != expired {
+		t.Errorf("purged %d, want %d", n, expired)
+	}
+	if got := d.Count(t, `SELECT COUNT(*) FROM idempotency_records`); got != 0 {
+		t.Errorf("%d expired records left after one pass", got)
+	}
+}
