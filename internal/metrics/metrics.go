@@ -97,7 +97,7 @@ func New() *Metrics {
 		NATSMessages: counterVec("paysvc_nats_messages_total",
 			"Messages of the NATS JetStream intake by result (acked, nacked, terminated).", result),
 		RedisPrecheck: counterVec("paysvc_redis_precheck_total",
-			"Redis pre-checks of merchant requests by result: replayed, in_flight, miss, error.", result),
+			"Redis pre-checks of merchant requests and provider callbacks by result: replayed, in_flight, miss, error.", result),
 		NotifyAttempts: counterVec("paysvc_notify_attempts_total",
 			"Merchant notification attempts by result (delivered, failed).", result, "delivered", "failed"),
 		NotifyExhausted: counter("paysvc_notify_exhausted_total",
