@@ -855,3 +855,45 @@ func TestListsPageByKeyset(t *testing.T) {
 		}
 	}
 }
+
+// The merchants page offers every live key for revocation, however many
+// old keys come before it: a merchant that has rolled its key hundreds of
+// times must not push its own newest key, nor the keys of the merchants
+// after it, off the page.
+func TestMerchantsPageOffersEveryLiveKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	const old = 40 * 40 // revoked keys of m0001, more than one page reads
+	seq := `WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 39) `
+	e.exec(`INSERT INTO merchants (merchant_id, name, created_at) VALUES ('m0001', '', NOW(6)), ('m0002', '', NOW(6))`)
+	e.exec(`INSERT INTO api_keys (key_hash, id, merchant_id, prefix, created_at, revoked_at) ` + seq +
+		`SELECT UNHEX(SHA2(CONCAT('old', a.n * 40 + b.n), 256)), CONCAT('key_01H', LPAD(a.n * 40 + b.n, 23, '0')), 'm0001', 'sk_abcd', NOW(6), NOW(6) FROM s a, s b`)
+	live := map[string]string{"key_01J00000000000000000000001": "m0001", "key_01J00000000000000000000002": "m0002"}
+	for id, m := range live {
+		e.exec(`INSERT INTO api_keys (key_hash, id, merchant_id, prefix, created_at) VALUES (UNHEX(SHA2(?, 256)), ?, ?, 'sk_live', NOW(6))`, id, id, m)
+	}
+	b, _ := e.signedIn()
+	offered := map[string]bool{}
+	revoke := regexp.MustCompile(`id="revoke-(key_[0-9A-Z]+)"`)
+	for path, pages := "/console/merchants", 0; path != ""; pages++ {
+		if pages > old {
+			t.Fatal("no last page")
+		}
+		a := b.get(path)
+		if a.status != 200 {
+			t.Fatalf("GET %s: %d", path, a.status)
+		}
+		for _, m := range revoke.FindAllStringSubmatch(a.body, -1) {
+			offered[m[1]] = true
+		}
+		path = ""
+		if m := regexp.MustCompile(`<a id="next-page" href="([^"]+)"`).FindStringSubmatch(a.body); m != nil {
+			path = html.UnescapeString(m[1])
+		}
+	}
+	for id, m := range live {
+		if !offered[id] {
+			t.Errorf("the live key %s of %s is not offered for revocation on any page", id, m)
+		}
+	}
+}

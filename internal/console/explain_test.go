@@ -127,6 +127,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 		{"endpoint's merchant", qEndpointOwner, "PRIMARY", []any{"we_01H" + strings.Repeat("0", 22) + "1"}},
 		{"merchants", qMerchants, "PRIMARY", []any{"", PageSize + 1}},
 		{"keys of merchants", fmt.Sprintf(qKeysOf, two), "idx_api_keys_merchant", []any{"m0000001", "m0000002", maxKeysPerPage}},
+		{"newest keys of a merchant", qKeysNewest, "idx_api_keys_merchant", []any{"m0000001", maxKeysPerPage}},
 		{"settlements of a day", qSettlementDay, "idx_settlements_date", []any{"2025-12-30", "", "", "", PageSize + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

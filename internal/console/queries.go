@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ const (
 
 	qMerchants     = `SELECT merchant_id, name, created_at FROM merchants WHERE merchant_id > ? ORDER BY merchant_id LIMIT ?`
 	qKeysOf        = `SELECT id, merchant_id, prefix, created_at, expires_at, revoked_at, last_used_at FROM api_keys FORCE INDEX (idx_api_keys_merchant) WHERE merchant_id IN (%s) ORDER BY merchant_id, id LIMIT ?`
+	qKeysNewest    = `SELECT id, merchant_id, prefix, created_at, expires_at, revoked_at, last_used_at FROM api_keys FORCE INDEX (idx_api_keys_merchant) WHERE merchant_id = ? ORDER BY id DESC LIMIT ?`
 	qSettlementDay = `SELECT merchant_id, currency, payments_count, payments_amount, refunds_count, refunds_amount, net FROM settlements FORCE INDEX (idx_settlements_date)
 		WHERE settle_date = ? AND (merchant_id > ? OR (merchant_id = ? AND currency > ?)) ORDER BY merchant_id, currency LIMIT ?`
 )
@@ -295,6 +297,9 @@ type Merchant struct {
 	ID, Name  string
 	CreatedAt time.Time
 	Keys      []Key
+	// KeysCut: the merchant has more than maxKeysPerPage keys, and Keys
+	// holds the newest of them.
+	KeysCut bool
 }
 
 // Key is what the console shows of an API key: its id and prefix, never
@@ -307,6 +312,14 @@ type Key struct {
 // maxKeysPerPage bounds the keys one page of merchants shows.
 const maxKeysPerPage = 1000
 
+// merchantsList reads a page of merchants with all their keys. Keys are
+// read in one range of idx_api_keys_merchant over the page's merchants,
+// oldest first, bounded by maxKeysPerPage; when the bound cuts the range,
+// the page ends at the last merchant whose keys were all read, so a
+// merchant's keys are never shown in part and the merchants after it come
+// on the next page instead of showing none. A merchant with more keys than
+// the bound is a page of its own, showing its newest keys: those in use,
+// the ones an operator comes to revoke, and not its oldest, long retired.
 func merchantsList(ctx context.Context, gdb *gorm.DB, after string) ([]Merchant, string, error) {
 	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (m Merchant, err error) {
 		err = rows.Scan(&m.ID, &m.Name, &m.CreatedAt)
@@ -320,23 +333,52 @@ func merchantsList(ctx context.Context, gdb *gorm.DB, after string) ([]Merchant,
 		return out, next, nil
 	}
 	ids, at := indexed(out, func(m Merchant) string { return m.ID })
-	err = db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
-		var (
-			k                      Key
-			merchant               string
-			expires, revoked, used sql.NullTime
-		)
-		if err := rows.Scan(&k.ID, &merchant, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used); err != nil {
-			return err
-		}
-		k.ExpiresAt, k.RevokedAt, k.LastUsed = expires.Time, revoked.Time, used.Time
-		out[at[merchant]].Keys = append(out[at[merchant]].Keys, k)
-		return nil
-	}, fmt.Sprintf(qKeysOf, placeholders(len(ids))), append(anys(ids), maxKeysPerPage)...)
+	keys, err := readKeys(ctx, gdb, fmt.Sprintf(qKeysOf, placeholders(len(ids))), append(anys(ids), maxKeysPerPage+1)...)
 	if err != nil {
-		return nil, "", fmt.Errorf("keys: %w", err)
+		return nil, "", err
+	}
+	if len(keys) > maxKeysPerPage {
+		// The merchant of the row past the bound may have more keys than
+		// were read; the merchants before it have all theirs.
+		cut := at[keys[maxKeysPerPage].merchant]
+		if cut == 0 {
+			out = out[:1]
+			newest, err := readKeys(ctx, gdb, qKeysNewest, out[0].ID, maxKeysPerPage)
+			if err != nil {
+				return nil, "", err
+			}
+			slices.Reverse(newest)
+			keys, out[0].KeysCut = newest, true
+		} else {
+			out = out[:cut]
+		}
+		next = out[len(out)-1].ID
+	}
+	for _, k := range keys {
+		if i, ok := at[k.merchant]; ok && i < len(out) {
+			out[i].Keys = append(out[i].Keys, k.Key)
+		}
 	}
 	return out, next, nil
+}
+
+// merchantKey is a key read with its merchant.
+type merchantKey struct {
+	Key
+	merchant string
+}
+
+func readKeys(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]merchantKey, error) {
+	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (k merchantKey, err error) {
+		var expires, revoked, used sql.NullTime
+		err = rows.Scan(&k.ID, &k.merchant, &k.Prefix, &k.CreatedAt, &expires, &revoked, &used)
+		k.ExpiresAt, k.RevokedAt, k.LastUsed = expires.Time, revoked.Time, used.Time
+		return k, err
+	}, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	return out, nil
 }
 
 // Settlement is one row of a day's settlements.
