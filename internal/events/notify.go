@@ -61,9 +61,15 @@ func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, conns int, n
 // attempts, and an attempt whose connection finds the idle pool full
 // fails with "putIdleConn: too many idle connections" after its receiver
 // has answered, so that the receiver gets the event again.
+//
+// An answer's header is bounded as its body is (maxAnswer): net/http reads
+// up to 10 MB of it by default, into memory, for each attempt in flight,
+// so that a receiver answering with megabytes of header lines would make
+// the relay hold gigabytes at full concurrency.
 func newClient(rule *netguard.Rule, conns int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = conns, conns
+	tr.MaxResponseHeaderBytes = maxAnswer
 	if rule != nil {
 		tr.Proxy = nil
 		tr.DialContext = rule.Dialer().DialContext
@@ -82,7 +88,8 @@ func (n *Notifier) Notifies(merchantID string) bool {
 }
 
 // maxAnswer is how much of an answer's body is read (and dropped), so that
-// the connection can be reused; a receiver that sends more is cut off.
+// the connection can be reused; a receiver that sends more is cut off. It
+// also bounds the answer's header: a longer one fails the attempt.
 const maxAnswer = 64 << 10
 
 // Deliver is the relay's Deliverer: one signed POST of the delivery's

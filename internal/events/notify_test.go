@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,5 +90,40 @@ func TestFullConcurrencyKeepsItsConnections(t *testing.T) {
 	t.Logf("%d attempts in %d rounds of %d over %d hosts: %d connections dialled", rounds*conc, rounds, conc, hosts, dialled.Load())
 	if got := dialled.Load(); got > 2*conc {
 		t.Errorf("%d connections dialled for %d attempts at most %d at once: the notifier does not keep them", got, rounds*conc, conc)
+	}
+}
+
+// TestHugeAnswerHeaderIsNotRead: a receiver that answers 200 with a
+// megabyte of header lines does not get it read into memory (net/http
+// reads up to 10 MB of an answer's header by default, per attempt in
+// flight): the attempt fails, on the merchant's API endpoint and on the
+// operator's endpoint alike.
+func TestHugeAnswerHeaderIsNotRead(t *testing.T) {
+	t.Parallel()
+	pad := strings.Repeat("a", 1000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := range 1000 {
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), pad)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	secret, err := webhooks.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := events.NewNotifier(map[string]events.Endpoint{"m": {URL: srv.URL, Secrets: []webhooks.Secret{secret}}},
+		netguard.Rule{AllowPrivate: true, AllowHTTP: true}, 4, nil)
+	ev := events.Event{ID: "evt_huge", MerchantID: "m", Type: events.OrderPaid, Data: json.RawMessage(`{}`)}
+	for name, d := range map[string]events.Dispatch{
+		"API endpoint":      {Event: ev, EndpointID: "we_x", Target: &endpoints.Target{URL: srv.URL, Enabled: true}, Secrets: []webhooks.Secret{secret}},
+		"operator endpoint": {Event: ev},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a := n.Deliver(ctx, outbox.Job{Payload: d})
+		cancel()
+		if a.Err == nil {
+			t.Errorf("%s: an answer with a 1 MB header was read and counted as delivered (status %d)", name, a.StatusCode)
+		}
 	}
 }
