@@ -417,3 +417,40 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 		t.Errorf("attempt %+v", as[0])
 	}
 }
+
+// A deleted endpoint's finished deliveries stay as the history of their
+// events, also through a redelivery of the event: the redelivery goes to
+// the endpoints that exist, and leaves the deleted one's delivery as it
+// was (neither pending, for an endpoint that can receive nothing, nor
+// dropped by the relay as the delivery of an endpoint gone).
+func TestRedeliverKeepsADeletedEndpointsHistory(t *testing.T) {
+	t.Parallel()
+	f := newFanEnv(t)
+	gone, kept := newHook(t), newHook(t)
+	eGone := f.endpoint(t, gone.url)
+	f.endpoint(t, kept.url)
+	ids := f.write(t, events.OrderPaid)
+	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	waitSettled(t, f.d)
+	if err := endpoints.Delete(context.Background(), f.d.Gorm, merchant, eGone.ID); err != nil {
+		t.Fatal(err)
+	}
+	const statusOf = `SELECT COUNT(*) FROM deliveries WHERE endpoint_id = ? AND status = 2`
+	if n := f.d.Count(t, statusOf, eGone.ID); n != 1 {
+		t.Fatalf("%d delivered deliveries of the deleted endpoint, want its one", n)
+	}
+	f.redeliver(t, ids[0])
+	if n := f.d.Count(t, statusOf, eGone.ID); n != 1 {
+		t.Errorf("the redelivery changed the deleted endpoint's delivered delivery")
+	}
+	waitSettled(t, f.d)
+	if kept.hits.Load() != 2 || gone.hits.Load() != 1 {
+		t.Errorf("hits: kept %d (want 2), deleted %d (want 1)", kept.hits.Load(), gone.hits.Load())
+	}
+	if n := f.d.Count(t, statusOf, eGone.ID); n != 1 {
+		t.Errorf("after the redelivery, %d delivered deliveries of the deleted endpoint, want its one", n)
+	}
+	if got := deliveryOf(t, f.d, ids[0]); got != events.DeliveryDelivered {
+		t.Errorf("summary %s", got)
+	}
+}

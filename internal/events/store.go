@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -156,9 +157,9 @@ func readAttempts(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]A
 }
 
 // Redeliver schedules one more attempt of each of a merchant's event's
-// deliveries, now, whatever its status was, and fans the event out again
-// (an endpoint added since gets it too), then returns the event as it is
-// then. A delivery that waits for a retry keeps its remaining retries; any
+// deliveries to an endpoint that still exists, now, whatever its status
+// was, and fans the event out again (an endpoint added since gets it
+// too), then returns the event as it is then. A delivery that waits for a retry keeps its remaining retries; any
 // other gets one attempt and no retries after it (retries = 255). A
 // delivery whose attempt is in flight is not touched but marked: the relay
 // that holds it schedules the extra attempt when it finishes, so two
@@ -177,6 +178,23 @@ func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, now time
 	if _, err := db.Exec(ctx, tx, `UPDATE events SET next_attempt_at = COALESCE(next_attempt_at, ?) WHERE id = ?`, now, id); err != nil {
 		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
 	}
+	// The deliveries of endpoints deleted since stay as they are, the
+	// history of the event (endpoints.Delete keeps the finished ones):
+	// made pending, they would go nowhere, and the relay, finding the
+	// endpoint gone, would drop them. A plain read: it locks no endpoint,
+	// so that it cannot deadlock with a Delete or an Update, which lock
+	// the endpoint before its deliveries.
+	gone, err := db.QueryAll(ctx, tx, scanID, `SELECT d.endpoint_id FROM deliveries d
+	  WHERE d.event_id = ? AND d.endpoint_id <> ''
+	    AND NOT EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.id = d.endpoint_id)`, id)
+	if err != nil {
+		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
+	}
+	where, args := `event_id = ?`, []any{DeliveryPending, noRetries, now, DeliveryPending, id}
+	if len(gone) > 0 {
+		where += ` AND endpoint_id NOT IN (?` + strings.Repeat(",?", len(gone)-1) + `)`
+		args = append(args, gone...)
+	}
 	// Assignments run left to right, each seeing the ones before (MySQL
 	// and MariaDB alike): retries and redeliver read the old status and
 	// claim, so they come first.
@@ -186,8 +204,7 @@ func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, now time
 		        redeliver = IF(claim IS NULL, 0, 1),
 		        next_attempt_at = IF(claim IS NULL, ?, next_attempt_at),
 		        status = ?
-		  WHERE event_id = ?`,
-		DeliveryPending, noRetries, now, DeliveryPending, id); err != nil {
+		  WHERE `+where, args...); err != nil {
 		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
 	}
 	// Due for its fan-out again: pending, whatever it was.

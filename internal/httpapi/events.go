@@ -216,8 +216,10 @@ func (s *server) getEvent(c *gin.Context) {
 
 // POST /v1/events/{id}/redeliver (Idempotency-Key): schedules one more
 // attempt now and answers 202 with the event and its delivery. First
-// request: claim, BEGIN, the event's UPDATE, its SELECT, the latest attempts'
-// SELECT, fence, COMMIT = 7 round trips.
+// request: claim, BEGIN, the event's SELECT and UPDATE, the SELECT of its
+// deliveries to deleted endpoints and the UPDATE of the others, the
+// SELECTs of its latest attempts, of its deliveries and of theirs, fence,
+// COMMIT = 11 round trips.
 func (s *server) redeliverEvent(c *gin.Context) {
 	merchant := merchantOf(c)
 	req, ok := s.merchantRequest(c, true, noFields)
