@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 
@@ -33,6 +35,24 @@ var (
 
 // maxErrorLen is the width of event_attempts.error.
 const maxErrorLen = 255
+
+// attemptText is an attempt's error as stored, each character that is not
+// graphic (a control character, a line or paragraph separator) replaced
+// by U+FFFD. Receivers choose part of the text (the names of a
+// certificate, a header line), and JSON writes such a character in 6
+// bytes: 255 of them made an attempt cost an answer 1.3 KB, and the
+// answers that embed the latest attempts of an event and of its
+// deliveries (EmbeddedAttempts, EmbeddedPerDelivery) outgrew what a stored
+// response holds, so that every redelivery of the event was a 500. Kept
+// graphic, a character costs at most 4 bytes.
+func attemptText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsGraphic(r) {
+			return r
+		}
+		return utf8.RuneError
+	}, s)
+}
 
 // Finish records a batch of outcomes in one READ COMMITTED transaction: a
 // locking read of the batch's deliveries (which of them this relay still
@@ -230,7 +250,7 @@ func insertAttempts(ctx context.Context, tx *gorm.DB, fs []outbox.Finished, atte
 		}
 		msg := ""
 		if a.Err != nil {
-			msg = db.Varchar(a.Err.Error(), maxErrorLen)
+			msg = db.Varchar(attemptText(a.Err.Error()), maxErrorLen)
 		}
 		d, _ := f.Job.Payload.(Dispatch)
 		args = append(args, d.Event.ID, d.EndpointID, a.At.UTC().Truncate(time.Microsecond), code, msg, a.Duration.Milliseconds())
