@@ -132,6 +132,10 @@ type Call struct {
 	ID       string
 	Provider string
 	payments.RefundCall
+	// DecidedAt is when the call was decided (the row's created_at): its
+	// key is first sent then or later. ClaimedAt is the relay's clock at
+	// this attempt's claim; both are the service's clock.
+	DecidedAt, ClaimedAt time.Time
 }
 
 // Queue is provider_calls as the relay's queue (outbox.Queue).
@@ -145,7 +149,7 @@ func NewQueue(gdb *gorm.DB) *Queue { return &Queue{db: gdb} }
 // COMMIT — no transaction is open during a call.
 func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token outbox.Token) ([]outbox.Job, error) {
 	return outbox.ClaimRows(ctx, q.db, "provider_calls",
-		`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries
+		`SELECT id, provider, idem_key, kind, refund_no, order_no, payment_txn_id, amount, currency, retries, created_at
 		   FROM provider_calls WHERE next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`,
 		[]any{now.UTC(), n},
 		func(rows *sql.Rows) (outbox.Job, error) {
@@ -154,8 +158,10 @@ func (q *Queue) Claim(ctx context.Context, now, leaseEnd time.Time, n int, token
 				retries int
 				kind    int
 			)
-			err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency, &retries)
+			err := rows.Scan(&c.ID, &c.Provider, &c.Key, &kind, &c.RefundNo, &c.OrderNo, &c.PaymentTxnID, &c.Amount, &c.Currency,
+				&retries, &c.DecidedAt)
 			c.RefundCall.Provider, c.Auto = c.Provider, kind == KindAuto
+			c.ClaimedAt = now
 			return outbox.Job{ID: c.ID, Retries: retries, Payload: c}, err
 		}, leaseEnd, token)
 }
@@ -183,11 +189,15 @@ func (q *Queue) Finish(ctx context.Context, fs []outbox.Finished) ([]bool, error
 				// A provider's own text: stored as the column holds it.
 				msg = db.Varchar(o.Attempt.Err.Error(), maxErrorLen)
 			}
+			// last_error is set before status, so that it reads the status
+			// as the attempt left it: a call the attempt gave up on keeps
+			// its reason.
 			n, err := db.Exec(ctx, tx, `UPDATE provider_calls
-				SET status = CASE WHEN status = ? THEN ? ELSE status END, next_attempt_at = ?, claim = NULL, retries = ?,
-				    last_error = ?, updated_at = ?
+				SET last_error = CASE WHEN status = ? THEN ? ELSE last_error END,
+				    status = CASE WHEN status = ? THEN ? ELSE status END, next_attempt_at = ?, claim = NULL, retries = ?,
+				    updated_at = ?
 				WHERE id = ? AND claim = ?`,
-				StatusPending, status, next, o.Retries, msg, o.Attempt.At.UTC(), f.Job.ID, f.Token[:])
+				StatusPending, msg, StatusPending, status, next, o.Retries, o.Attempt.At.UTC(), f.Job.ID, f.Token[:])
 			if err != nil {
 				return err
 			}
@@ -226,6 +236,19 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 		a.Err = fmt.Errorf("provider %s has no API configured", c.Provider)
 		return a
 	}
+	if kl, ok := out.(providers.KeyLifetime); ok && keyMayBeForgotten(ctx, c, kl.KeyLifetime()) {
+		// The provider may no longer know the key, and would take this
+		// attempt as a new refund even if an earlier one was executed.
+		// The call fails without being sent; a merchant's refund stays
+		// PENDING, its amount reserved, for a person to settle with the
+		// provider, as when the schedule runs out.
+		why := fmt.Sprintf("not sent: %s's idempotency key may be forgotten %s after its first use",
+			c.Provider, kl.KeyLifetime())
+		if err := d.giveUp(ctx, c, why); err != nil {
+			a.Err = fmt.Errorf("%s; failing the call: %w", why, err)
+		}
+		return a
+	}
 	_, err := out.Refund(ctx, providers.RefundRequest{Key: c.Key, PaymentTxnID: c.PaymentTxnID,
 		Amount: c.Amount, Currency: c.Currency, Reference: c.RefundNo, OrderNo: c.OrderNo})
 	a.Duration = time.Since(start)
@@ -243,6 +266,24 @@ func (d *Deliverer) Deliver(ctx context.Context, j outbox.Job) outbox.Attempt {
 		a.Err = err
 	}
 	return a
+}
+
+// keyMayBeForgotten reports whether c's key may reach the provider at an
+// age of lifetime or more: its age at the claim, plus what is left of the
+// attempt's deadline.
+func keyMayBeForgotten(ctx context.Context, c Call, lifetime time.Duration) bool {
+	age := c.ClaimedAt.Sub(c.DecidedAt)
+	if deadline, ok := ctx.Deadline(); ok {
+		age += time.Until(deadline)
+	}
+	return age >= lifetime
+}
+
+// giveUp fails c without calling its provider; why is its last_error.
+func (d *Deliverer) giveUp(ctx context.Context, c Call, why string) error {
+	_, err := db.Exec(ctx, d.db.WithContext(ctx), `UPDATE provider_calls SET status = ?, last_error = ? WHERE id = ? AND status = ?`,
+		StatusFailed, db.Varchar(why, maxErrorLen), c.ID, StatusPending)
+	return err
 }
 
 // failBudget bounds failing a refused refund. It ends well before the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -76,5 +77,91 @@ func TestFinishRecordsAnyErrorText(t *testing.T) {
 	if status != 0 || retries != 1 || !utf8.ValidString(lastError) || utf8.RuneCountInString(lastError) > 255 ||
 		!strings.HasPrefix(lastError, "HTTP 503: Service indisponible: \uFFFDchec") {
 		t.Errorf("failed call: status %d, retries %d, last_error %q", status, retries, lastError)
+	}
+}
+
+// forgetfulProvider is a provider API that keeps an Idempotency-Key for
+// lifetime after its first use, as Stripe keeps one for 24 hours; it
+// counts the refunds asked of it, by key.
+type forgetfulProvider struct {
+	lifetime time.Duration
+	mu       sync.Mutex
+	asked    map[string]int
+}
+
+func (p *forgetfulProvider) KeyLifetime() time.Duration { return p.lifetime }
+
+func (p *forgetfulProvider) Refund(_ context.Context, r providers.RefundRequest) (providers.RefundResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.asked[r.Key]++
+	return providers.RefundResult{ID: "re_" + r.Key, Status: providers.RefundPending}, nil
+}
+
+func (p *forgetfulProvider) PaymentsByOrder(context.Context, string) ([]providers.Payment, error) {
+	return nil, nil
+}
+
+// TestNoAttemptPastTheProvidersKeyLifetime: the schedule retries a call
+// for longer (33 h with the defaults) than Stripe keeps its key (24 h),
+// and Stripe runs a request whose key it has forgotten as a new one. A
+// refund whose first attempt Stripe executed — its answer lost, or a 500
+// that Stripe replays for as long as it keeps the key — would be refunded
+// a second time by the attempt made a day later. So a call whose key may
+// be forgotten is not sent: it fails, for a person, like a call whose
+// schedule ran out. A younger call of the same provider is sent.
+func TestNoAttemptPastTheProvidersKeyLifetime(t *testing.T) {
+	t.Parallel()
+	d := dbtest.New(t)
+	ctx := context.Background()
+	p := &forgetfulProvider{lifetime: 24 * time.Hour, asked: map[string]int{}}
+	reg := providers.NewRegistry(nil, map[string]providers.Outbound{"stripe": p})
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, c := range []struct {
+		refundNo string
+		decided  time.Time
+	}{{"rfd_old", now.Add(-24*time.Hour + 10*time.Second)}, {"rfd_young", now.Add(-23 * time.Hour)}} {
+		store := providercalls.NewStore(reg, func() time.Time { return c.decided })
+		if err := store.DecideRefund(ctx, d.Gorm, payments.RefundCall{Provider: "stripe", Key: c.refundNo, RefundNo: c.refundNo,
+			OrderNo: "ord_" + c.refundNo, PaymentTxnID: "pi_" + c.refundNo, Amount: 100, Currency: "EUR"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := providercalls.NewQueue(d.Gorm)
+	token := outbox.NewToken()
+	jobs, err := q.Claim(ctx, now, now.Add(time.Minute), 10, token)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claimed %d: %v", len(jobs), err)
+	}
+	deliver := providercalls.NewDeliverer(reg, d.Gorm, payments.NewService(nil, nil, nil)).Deliver
+	fs := make([]outbox.Finished, len(jobs))
+	for i, j := range jobs {
+		// The attempt's deadline: 15 s, which takes rfd_old past 24 h.
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		a := deliver(actx, j)
+		cancel()
+		if a.Err != nil {
+			t.Errorf("attempt of %s: %v", j.Payload.(providercalls.Call).Key, a.Err)
+		}
+		fs[i] = outbox.Finished{Job: j, Token: token, Outcome: outbox.Outcome{Attempt: a, Delivered: true}}
+	}
+	if _, err := q.Finish(ctx, fs); err != nil {
+		t.Fatal(err)
+	}
+	if p.asked["rfd_old"] != 0 || p.asked["rfd_young"] != 1 {
+		t.Errorf("refunds asked %v, want rfd_young once and rfd_old never: its key may be forgotten by then", p.asked)
+	}
+	for key, want := range map[string]int{"rfd_old": providercalls.StatusFailed, "rfd_young": providercalls.StatusDone} {
+		var (
+			status    int
+			lastError string
+		)
+		if err := d.Gorm.Raw(`SELECT status, last_error FROM provider_calls WHERE idem_key = ?`, key).Row().
+			Scan(&status, &lastError); err != nil {
+			t.Fatal(err)
+		}
+		if status != want || (want == providercalls.StatusFailed && !strings.Contains(lastError, "not sent")) {
+			t.Errorf("call %s: status %d, last_error %q; want status %d", key, status, lastError, want)
+		}
 	}
 }

@@ -173,6 +173,19 @@ type Outbound interface {
 	PaymentsByOrder(ctx context.Context, orderNo string) ([]Payment, error)
 }
 
+// KeyLifetime is an Outbound whose provider forgets an Idempotency-Key
+// some time after its first use and then runs a request under that key
+// as a new one. Past that age a retry of a refund whose earlier attempt
+// the provider executed (its answer lost, or a 5xx the provider replays
+// for as long as it keeps the key) would refund a second time, so no
+// attempt is sent once the key may be that old. An Outbound without it
+// keeps its keys for as long as paysvc retries (the generic API).
+type KeyLifetime interface {
+	// KeyLifetime is the youngest age at which the provider may forget a
+	// key.
+	KeyLifetime() time.Duration
+}
+
 // InboundConfig is what building an Inbound gets.
 type InboundConfig struct {
 	Provider string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	stripego "github.com/stripe/stripe-go/v82"
 
@@ -73,6 +74,15 @@ func (o *Outbound) Refund(ctx context.Context, r providers.RefundRequest) (provi
 	}
 	return providers.RefundResult{ID: re.ID, Status: refundStatus(re.Status)}, nil
 }
+
+// keyLifetime is how long Stripe is sure to keep an Idempotency-Key: it
+// may prune a key once it is 24 hours old, and runs a request that
+// reuses a pruned key as a new one (docs.stripe.com/api/idempotent_requests).
+const keyLifetime = 24 * time.Hour
+
+// KeyLifetime implements providers.KeyLifetime: the outbox's schedule
+// retries for longer than Stripe keeps a key.
+func (o *Outbound) KeyLifetime() time.Duration { return keyLifetime }
 
 // refundStatus maps Stripe's five refund states to the generic API's three.
 func refundStatus(s stripego.RefundStatus) providers.RefundStatus {

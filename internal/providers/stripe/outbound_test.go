@@ -210,3 +210,15 @@ func TestRedirectsAndHugeAnswersAreFailedAttempts(t *testing.T) {
 		t.Errorf("the other server got %q", elsewhere)
 	}
 }
+
+// TestKeyLifetime: Stripe may forget an Idempotency-Key once it is 24
+// hours old, and the outbox retries a refund for longer than that; the
+// adapter says so, so that no attempt is sent under a key Stripe may no
+// longer know (package providercalls).
+func TestKeyLifetime(t *testing.T) {
+	out := newOutbound(t, "https://api.stripe.invalid", testAPIKey, time.Second)
+	kl, ok := out.(providers.KeyLifetime)
+	if !ok || kl.KeyLifetime() != 24*time.Hour {
+		t.Fatalf("stripe's outbound adapter: key lifetime declared %v, want 24h", ok)
+	}
+}
