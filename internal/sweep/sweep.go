@@ -7,7 +7,10 @@
 // what the sweep stored. Otherwise the order is closed by the same
 // conditional UPDATE as a cancel (order.closed, reason expired). A
 // provider that cannot be asked leaves the order for the next sweep,
-// until one more TTL has passed; then the order is closed anyway.
+// until one more TTL has passed; then the order is closed anyway. A
+// succeeded payment found there whose application is in flight (its
+// callback, or another sweeper, applying it now) leaves the order for the
+// next sweep whatever the TTL: the provider has said it was paid.
 //
 // Any number of sweepers may run at once: every decision is a conditional
 // transition (CREATED → PAID by the callback path, CREATED → CLOSED by
@@ -20,6 +23,7 @@ package sweep
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -136,7 +140,7 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 	// second charge of the order is then recorded as its callback would
 	// record it (duplicate_payment, refunded automatically), where
 	// stopping at the first left money taken that nobody knew of.
-	unreachable, recovered, paid := false, false, false
+	unreachable, recovered, paid, inFlight := false, false, false, false
 	for _, name := range s.Providers.OutboundProviders() {
 		out, _ := s.Providers.Outbound(name)
 		found, err := out.PaymentsByOrder(ctx, o.orderNo)
@@ -166,6 +170,8 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 				s.Log.WarnContext(ctx, "sweep: found payment not applied", "provider", name, "order_no", o.orderNo,
 					"txn_id", p.TxnID, "err", err.Error())
 				unreachable = true
+				// Its callback (or another sweeper) is applying it now.
+				inFlight = inFlight || errors.Is(err, idempotency.ErrInFlight)
 				continue
 			}
 			if s.StoredResult(res.Response) == payments.Applied {
@@ -181,6 +187,12 @@ func (s *Sweeper) one(ctx context.Context, now time.Time, o overdue) (string, er
 		return Recovered, nil
 	case paid:
 		return "", nil
+	case inFlight:
+		// The provider says the order was paid and that payment is being
+		// applied: closing now could overtake its CREATED → PAID and turn
+		// it into a late_payment, refunded. Whatever the TTL, the next
+		// pass finds it applied, or applies it itself.
+		return Deferred, nil
 	}
 	if unreachable && now.Before(o.expiresAt.Add(s.TTL)) {
 		return Deferred, nil
