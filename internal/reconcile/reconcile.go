@@ -153,14 +153,17 @@ SELECT CONCAT(o.order_no, ' (', o.status, '): ledger payments ', COALESCE(SUM(CA
  GROUP BY o.order_no, o.status, o.amount, o.refunded_amount
 HAVING COALESCE(SUM(CASE WHEN l.kind = 'payment' THEN l.amount END), 0) <> IF(o.status IN ` + paidStates + `, o.amount, 0)
     OR COALESCE(SUM(CASE WHEN l.kind = 'refund' THEN l.amount END), 0) <> o.refunded_amount`},
+	// The currency too, the order's: the sums above compare amounts only,
+	// and the settlement sums the ledger by its entries' currency.
 	{"ledger entry without its transaction", `
-SELECT CONCAT(l.kind, ' ', l.provider, '/', CAST(l.txn_id AS CHAR), ' on ', l.order_no)
+SELECT CONCAT(l.kind, ' ', l.provider, '/', CAST(l.txn_id AS CHAR), ' on ', l.order_no, ': ', l.amount, ' ', l.currency)
   FROM ledger_entries l
  WHERE (l.kind = 'payment' AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.provider = l.provider AND p.txn_id = l.txn_id
                                              AND p.order_no = l.order_no AND p.status = 'SUCCEEDED' AND p.result = 'applied' AND p.amount = l.amount))
     OR (l.kind = 'refund' AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.provider = l.provider AND r.txn_id = l.txn_id
                                             AND r.order_no = l.order_no AND r.status = 'SUCCEEDED' AND r.amount = l.amount))
-    OR l.kind NOT IN ('payment','refund')`},
+    OR l.kind NOT IN ('payment','refund')
+    OR EXISTS (SELECT 1 FROM orders o WHERE o.order_no = l.order_no AND o.currency <> l.currency)`},
 	{"settled refund without its ledger entry", `
 SELECT CONCAT(r.refund_no, ' SUCCEEDED by ', r.provider, '/', CAST(r.txn_id AS CHAR), ' is not in the ledger')
   FROM refunds r

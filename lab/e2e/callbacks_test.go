@@ -1276,6 +1276,16 @@ func TestReconcileFindsCorruption(t *testing.T) {
 			exec(t, `UPDATE ledger_entries SET txn_id = 'txn-rec-nowhere' WHERE order_no = ? AND kind = 'payment'`, f.order.OrderNo)
 			return nil
 		}},
+		// The amounts add up, in another currency: the settlement would
+		// book the payment in it.
+		{check: "ledger entry without its transaction", state: paid, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `UPDATE ledger_entries SET currency = 'USD' WHERE order_no = ? AND kind = 'payment'`, f.order.OrderNo)
+			return nil
+		}},
+		{check: "ledger entry without its transaction", state: settledRefund, corrupt: func(t *testing.T, f fixture) []string {
+			exec(t, `UPDATE ledger_entries SET currency = 'USD' WHERE order_no = ? AND kind = 'refund'`, f.order.OrderNo)
+			return nil
+		}},
 		{check: "settled refund without its ledger entry", state: settledRefund,
 			also: []string{"ledger sums differ from orders"}, // the ledger's refunds no longer add up
 			corrupt: func(t *testing.T, f fixture) []string {
