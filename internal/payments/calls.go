@@ -102,6 +102,12 @@ func (s *Service) autoRefundSettled(ctx context.Context, tx *gorm.DB, provider s
 		if r.Settled == status && r.SettledTxnID == ev.TxnID {
 			return true, Applied, nil
 		}
+		if ev.Type == RefundSucceeded || r.Settled != RefundFailedStatus {
+			// As for a merchant refund (refundSettled).
+			s.log.WarnContext(ctx, resettledWarning, "provider", provider, "txn_id", ev.TxnID, "type", string(ev.Type),
+				"refund_no", r.RefundNo, "order_no", o.OrderNo, "amount", ev.Amount, "currency", ev.Currency,
+				"refund_status", r.Settled, "settled_by", r.SettledTxnID)
+		}
 		return true, Ignored, nil
 	}
 	if err := s.calls.SettleAutoRefund(ctx, tx, r.ID, status, ev.TxnID); err != nil {

@@ -298,6 +298,15 @@ func (s *Service) refundSettled(ctx context.Context, tx *gorm.DB, provider strin
 			// This very transaction settled it; its record has expired.
 			return Applied, nil
 		}
+		if ev.Type == RefundSucceeded || r.Status != RefundFailedStatus {
+			// The provider says it moved money for a refund settled
+			// otherwise (a refund it executed twice), or that a refund
+			// booked as paid back failed: money that nothing else
+			// records, to look at.
+			s.log.WarnContext(ctx, resettledWarning, "provider", provider, "txn_id", ev.TxnID, "type", string(ev.Type),
+				"refund_no", r.RefundNo, "order_no", o.OrderNo, "amount", ev.Amount, "currency", ev.Currency,
+				"refund_status", r.Status, "settled_by", r.TxnID)
+		}
 		return Ignored, nil
 	}
 	ok, err := settleRefundRow(ctx, tx, r.RefundNo, settledStatus(ev.Type), provider, ev.TxnID, at)
@@ -345,6 +354,10 @@ func recordTxn(ctx context.Context, tx *gorm.DB, provider string, ev Event, stat
 	p, err := lockPayment(ctx, tx, provider, ev.TxnID)
 	return p, true, err
 }
+
+// resettledWarning is logged for a refund event that contradicts how its
+// refund was settled.
+const resettledWarning = "refund event for a refund already settled otherwise; not applied"
 
 func settledStatus(t EventType) string {
 	if t == RefundSucceeded {
