@@ -107,8 +107,9 @@ type IncompleteError struct {
 	Operation      string // the operationId of api/openapi.yaml, e.g. "createOrder"
 	IdempotencyKey string // "" for an operation that takes none
 	Attempts       int
-	// Stop is why no further attempt was made: the context's error, or
-	// nil when the attempts ran out.
+	// Stop is why no further attempt was made: the context's error, a
+	// Retry-After longer than a call waits (a minute), or nil when the
+	// attempts ran out.
 	Stop error
 	Last error
 }
