@@ -146,7 +146,8 @@ type Attempt struct {
 	Number    int    // 1 for the first attempt
 	Key       string // the Idempotency-Key sent; "" for an operation without one
 	// StatusCode, Header and Body are the answer (0 and nil when none
-	// came).
+	// came). Body is nil for the success of getWebhookEndpointSecret:
+	// observers log bodies, and that one holds the endpoint's secrets.
 	StatusCode int
 	Header     http.Header
 	Body       []byte
@@ -181,6 +182,9 @@ type operation struct {
 	keyed  bool // takes an Idempotency-Key
 	public bool // sent without the API key
 	body   any  // nil: no body
+	// secret: the answer of a success carries signing secrets, which
+	// observers (often loggers of bodies) are not shown.
+	secret bool
 }
 
 // do runs op until a final answer and returns the body of a success.
@@ -212,7 +216,11 @@ func (c *Client) do(ctx context.Context, op operation, opts []CallOption) ([]byt
 	for n := 1; ; n++ {
 		a := c.attempt(ctx, op, cl, body, n)
 		if a.Err == nil {
-			c.report(cl, a)
+			shown := a
+			if op.secret {
+				shown.Body = nil
+			}
+			c.report(cl, shown)
 			return a.Body, nil
 		}
 		if !retryable(a) {

@@ -130,7 +130,8 @@ func (c *Client) DeleteWebhookEndpoint(ctx context.Context, id string, opts ...C
 // GetWebhookEndpointSecret reveals the secrets that sign an endpoint's
 // deliveries (getWebhookEndpointSecret).
 func (c *Client) GetWebhookEndpointSecret(ctx context.Context, id string, opts ...CallOption) (*WebhookEndpointSecrets, error) {
-	body, err := c.do(ctx, operation{id: "getWebhookEndpointSecret", method: http.MethodGet, path: endpointPath(id) + "/secret"}, opts)
+	body, err := c.do(ctx, operation{id: "getWebhookEndpointSecret", method: http.MethodGet, path: endpointPath(id) + "/secret",
+		secret: true}, opts)
 	return decode[WebhookEndpointSecrets]("getWebhookEndpointSecret", body, err)
 }
 

@@ -225,9 +225,17 @@ func TestEveryOperationHasItsCall(t *testing.T) {
 			return err
 		}},
 		{"getWebhookEndpointSecret", func() error {
-			s, err := hooks.GetWebhookEndpointSecret(ctx, endpoint.ID)
+			var seen recorder
+			s, err := hooks.GetWebhookEndpointSecret(ctx, endpoint.ID, client.OnAttempt(seen.add))
 			if err == nil && (len(s.Secrets) != 2 || !strings.HasPrefix(s.Secrets[0].Secret, "whsec_")) {
 				t.Errorf("secrets after a rotation with overlap: %d, want 2", len(s.Secrets))
+			}
+			// An observer is where bodies get logged: it must not be
+			// shown the secrets the call returns.
+			for _, a := range seen.all() {
+				if bytes.Contains(a.Body, []byte("whsec_")) {
+					t.Errorf("attempt %d showed its observer the endpoint's secrets: %s", a.Number, a.Body)
+				}
 			}
 			return err
 		}},
