@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -260,13 +261,30 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 			// message, not by how long it waited there.
 			actx = callbacks.WithReceivedAt(actx, md.Timestamp)
 		}
-		_, err := c.apply.Apply(requestlog.WithKind(actx, requestlog.JetStreamCallback), provider, header, msg.Data())
+		err := c.applyOne(requestlog.WithKind(actx, requestlog.JetStreamCallback), msg.Subject(), provider, header, msg.Data())
 		d = decide(err, delivered, c.o.RetryDelay, c.o.MaxRetryDelay)
 	}
 	if c.o.BeforeSettle != nil && !c.o.BeforeSettle(msg.Subject(), d.Action) {
 		return
 	}
 	c.settle(msg, d)
+}
+
+// applyOne applies one message, turning a panic into an error as the HTTP
+// route's recovery turns it into a 500: the message is then NAKed like any
+// 500. A panic left to escape this goroutine would end the process, with
+// the messages and requests it was serving, and the redelivery would end
+// whichever instance pulled it next. The engine has rolled back the
+// transaction, claim included, before the panic reaches here.
+func (c *Consumer) applyOne(ctx context.Context, subject, provider string, header http.Header, body []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.o.Log.ErrorContext(ctx, "panic", "subject", subject, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	_, err = c.apply.Apply(ctx, provider, header, body)
+	return err
 }
 
 func (c *Consumer) settle(msg jetstream.Msg, d Decision) {
