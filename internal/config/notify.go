@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -76,13 +77,26 @@ func (l *loader) notify(dst *Notify) {
 // PendingSpan is the longest an event's delivery can stay pending on the
 // schedule: every delay at its +jitter, and an attempt's timeout for
 // each attempt (the first and one per retry).
+// A span that does not fit in a Duration is the longest Duration, never a
+// wrapped-around one: a negative span would be outlived by any
+// PAYSVC_EVENT_TTL.
 func (n Notify) PendingSpan() time.Duration {
-	var delays time.Duration
+	span := 0.0 // in float64, which cannot wrap around
 	for _, d := range n.Schedule {
-		delays += d
+		span += float64(d) * (1 + NotifyJitter)
 	}
-	return time.Duration(float64(delays)*(1+NotifyJitter)) + time.Duration(len(n.Schedule)+1)*n.Timeout
+	span += float64(len(n.Schedule)+1) * float64(n.Timeout)
+	if span >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(span)
 }
+
+// maxNotifyDelay is the longest delay of PAYSVC_NOTIFY_SCHEDULE: the
+// relay applies +NotifyJitter to it as a Duration, and a product past the
+// largest Duration does not saturate but turns negative, which would make
+// the retry due at once.
+var maxNotifyDelay = time.Duration(float64(math.MaxInt64) / (1 + NotifyJitter)).Truncate(time.Hour)
 
 // eventTTLOutlivesSchedule refuses a PAYSVC_EVENT_TTL that purge would
 // reach while an event's delivery may still be pending.
@@ -197,6 +211,11 @@ func (l *loader) notifySchedule(dst *[]time.Duration) {
 		d, err := time.ParseDuration(p)
 		if err != nil || d <= 0 {
 			l.fail(envNotifySchedule, "delay %d (%q) is not a duration greater than 0 (e.g. 5s,5m,30m,2h)", i+1, p)
+			return
+		}
+		if d > maxNotifyDelay {
+			l.fail(envNotifySchedule, "delay %d (%q) is longer than %s, the most a delay with its +%d%% jitter can be",
+				i+1, p, shortDuration(maxNotifyDelay), int(NotifyJitter*100))
 			return
 		}
 		out = append(out, d)

@@ -118,3 +118,27 @@ func TestEventTTLOutlivesTheSchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleBeyondWhatADurationHolds: a schedule whose span does not fit
+// in a time.Duration (delays that add up past about 292 years, or one
+// whose +20% jitter does) must not wrap around to a negative span that
+// any PAYSVC_EVENT_TTL outlives, nor reach the relay as a delay that its
+// jitter turns negative, which would make the retry due at once.
+func TestScheduleBeyondWhatADurationHolds(t *testing.T) {
+	for _, tc := range []struct {
+		name, schedule, wantVar string
+	}{
+		{"two delays whose sum overflows", "2000000h,2000000h", envEventTTL},
+		{"one delay whose jitter overflows", "5s,2200000h", envNotifySchedule},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(env(map[string]string{envNotifySchedule: tc.schedule}))
+			if err == nil {
+				t.Fatalf("Load accepted %s=%s with %s=720h", envNotifySchedule, tc.schedule, envEventTTL)
+			}
+			if !strings.HasPrefix(err.Error(), tc.wantVar+": ") {
+				t.Errorf("error %q, want one naming %s", err, tc.wantVar)
+			}
+		})
+	}
+}
