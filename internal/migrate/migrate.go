@@ -2,13 +2,16 @@
 package migrate
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
@@ -17,43 +20,85 @@ import (
 
 // open builds a migrator on its own connection: golang-migrate closes the
 // database it is given, and its advisory lock must not share a pool with
-// request traffic.
-func open(cfg *mysql.Config) (*migrate.Migrate, error) {
+// request traffic. The connection first waits for the lock (waitForLock);
+// the migrator's own GET_LOCK on the same session then succeeds at once.
+// closePool, after the migrator's Close, releases the rest.
+func open(cfg *mysql.Config) (m *migrate.Migrate, closePool func() error, err error) {
 	src, err := iofs.New(migrations.FS, ".")
 	if err != nil {
-		return nil, fmt.Errorf("read embedded migrations: %w", err)
+		return nil, nil, fmt.Errorf("read embedded migrations: %w", err)
 	}
 	// multiStatements on this connection only: 000006 creates the events
 	// table and its attempts under one migration number. Request traffic
 	// never runs with it.
 	cfg = cfg.Clone()
 	cfg.MultiStatements = true
-	conn, err := sql.Open("mysql", cfg.FormatDSN())
+	pool, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
-		return nil, fmt.Errorf("open migration connection: %w", err)
+		return nil, nil, fmt.Errorf("open migration connection: %w", err)
 	}
-	drv, err := migratemysql.WithInstance(conn, &migratemysql.Config{DatabaseName: cfg.DBName})
+	ctx := context.Background()
+	conn, err := pool.Conn(ctx)
 	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("migration driver: %w", err)
+		return nil, nil, errors.Join(fmt.Errorf("open migration connection: %w", err), pool.Close())
 	}
-	m, err := migrate.NewWithInstance("iofs", src, cfg.DBName, drv)
+	fail := func(err error) (*migrate.Migrate, func() error, error) {
+		return nil, nil, errors.Join(err, conn.Close(), pool.Close())
+	}
+	if err := waitForLock(ctx, conn, cfg.DBName); err != nil {
+		return fail(err)
+	}
+	drv, err := migratemysql.WithConnection(ctx, conn, &migratemysql.Config{DatabaseName: cfg.DBName})
 	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("migrator: %w", err)
+		return fail(fmt.Errorf("migration driver: %w", err))
 	}
-	return m, nil
+	m, err = migrate.NewWithInstance("iofs", src, cfg.DBName, drv)
+	if err != nil {
+		return fail(fmt.Errorf("migrator: %w", err))
+	}
+	return m, pool.Close, nil
 }
 
-func closeMigrator(m *migrate.Migrate, err error) error {
+// lockWait bounds how long open waits for another instance's migration.
+const lockWait = 30 * time.Minute
+
+// waitForLock takes, on conn, the advisory lock golang-migrate takes
+// around a migration, waiting for as long as another instance holds it
+// (up to lockWait). golang-migrate's own GET_LOCK gives up after 10 s:
+// every instance but the one migrating then failed to start during a
+// migration slower than that, instead of waiting for it. The lock is
+// the one golang-migrate names, so instances of other versions are kept
+// apart too; a session may take a lock it holds again, so the
+// migrator's own GET_LOCK on conn succeeds at once.
+func waitForLock(ctx context.Context, conn *sql.Conn, dbName string) error {
+	aid, err := database.GenerateAdvisoryLockId(fmt.Sprintf("%s:%s", dbName, migratemysql.DefaultMigrationsTable))
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(lockWait); ; {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", aid).Scan(&got); err != nil {
+			return fmt.Errorf("take the migration lock: %w", err)
+		}
+		if got.Valid && got.Int64 == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("take the migration lock: another instance has held it for over %v", lockWait)
+		}
+	}
+}
+
+func closeMigrator(m *migrate.Migrate, closePool func() error, err error) error {
 	srcErr, dbErr := m.Close()
-	return errors.Join(err, srcErr, dbErr)
+	return errors.Join(err, srcErr, dbErr, closePool())
 }
 
 // Up applies every pending migration. Several instances may call it at once:
-// golang-migrate serialises them with a database lock.
+// one migrates, the others wait for its lock (waitForLock) and then find
+// nothing left to apply.
 func Up(cfg *mysql.Config) error {
-	m, err := open(cfg)
+	m, closePool, err := open(cfg)
 	if err != nil {
 		return err
 	}
@@ -64,14 +109,14 @@ func Up(cfg *mysql.Config) error {
 	if err != nil {
 		err = fmt.Errorf("migrate up: %w", err)
 	}
-	return closeMigrator(m, err)
+	return closeMigrator(m, closePool, err)
 }
 
 // Down reverts n migrations, or all of them when n <= 0. For n > 0 it
 // returns how many it reverted: fewer than n when fewer were applied (all
 // of them are then reverted, which is no error).
 func Down(cfg *mysql.Config, n int) (reverted int, err error) {
-	m, err := open(cfg)
+	m, closePool, err := open(cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -90,7 +135,7 @@ func Down(cfg *mysql.Config, n int) (reverted int, err error) {
 	case err != nil:
 		err = fmt.Errorf("migrate down: %w", err)
 	}
-	return reverted, closeMigrator(m, err)
+	return reverted, closeMigrator(m, closePool, err)
 }
 
 // ErrDirty: a migration failed half-way, and the schema is neither its
@@ -149,16 +194,16 @@ func Check(cfg *mysql.Config) error {
 // Version returns the applied version and whether the schema is dirty (a
 // migration failed half-way). ok is false when no migration has run.
 func Version(cfg *mysql.Config) (version uint, dirty, ok bool, err error) {
-	m, err := open(cfg)
+	m, closePool, err := open(cfg)
 	if err != nil {
 		return 0, false, false, err
 	}
 	version, dirty, err = m.Version()
 	if errors.Is(err, migrate.ErrNilVersion) {
-		return 0, false, false, closeMigrator(m, nil)
+		return 0, false, false, closeMigrator(m, closePool, nil)
 	}
 	if err != nil {
 		err = fmt.Errorf("migrate version: %w", err)
 	}
-	return version, dirty, err == nil, closeMigrator(m, err)
+	return version, dirty, err == nil, closeMigrator(m, closePool, err)
 }
