@@ -92,6 +92,10 @@ func Config(dsn string) (*mysql.Config, error) {
 }
 
 // EnsureDatabase creates the database named in cfg if it does not exist.
+// An account with only the rights its requests need (the schema migrated
+// by another one) may not run CREATE DATABASE IF NOT EXISTS even for a
+// database that exists: the server refuses it (1044) before it looks. So
+// the statement is sent only when the account sees no such database.
 func EnsureDatabase(ctx context.Context, cfg *mysql.Config) error {
 	server := cfg.Clone()
 	server.DBName = ""
@@ -100,6 +104,16 @@ func EnsureDatabase(ctx context.Context, cfg *mysql.Config) error {
 		return fmt.Errorf("open server connection: %w", err)
 	}
 	defer conn.Close()
+	// Compared as bytes: the column's collation ignores case, and on a
+	// server whose names are case-sensitive "Paysvc" is not "paysvc".
+	var n int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE CAST(SCHEMA_NAME AS BINARY) = CAST(? AS BINARY)",
+		cfg.DBName).Scan(&n); err != nil {
+		return fmt.Errorf("look for database %s: %w", cfg.DBName, err)
+	}
+	if n > 0 {
+		return nil
+	}
 	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(cfg.DBName)); err != nil {
 		return fmt.Errorf("create database %s: %w", cfg.DBName, err)
 	}
