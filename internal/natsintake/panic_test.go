@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/paysvc/paysvc/internal/callbacks"
 	"github.com/paysvc/paysvc/internal/metrics"
 	"github.com/paysvc/paysvc/internal/natsintake"
@@ -42,20 +39,9 @@ func (p *panicOnce) Apply(context.Context, string, http.Header, []byte) (callbac
 // kill whichever instance pulled it next.
 func TestPanicIsNakedNotFatal(t *testing.T) {
 	b := natstest.Started(t)
-	nc, err := nats.Connect(b.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, _ := natstest.IntakeStream(t, b.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := natsintake.EnsureStream(ctx, js, time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := js.Publish(ctx, natsintake.SubjectPrefix+"mockpay", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/internal/reconcile"
@@ -41,21 +40,9 @@ func TestNATSConsumerSIGKILL(t *testing.T) {
 	env := []string{"PAYSVC_NATS_URL=" + url, "PAYSVC_WEBHOOK_SECRETS=mockpay=" + natsSecret}
 	first := startServe(t, "first", d.DSN, env...)
 
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stream := natstest.IntakeStream(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stream, err := natsintake.EnsureStream(ctx, js, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sec, _ := webhooks.ParseSecret(natsSecret)
 	published := 0
 	for copyNo := range 2 { // every event twice, as two messages

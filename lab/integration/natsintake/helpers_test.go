@@ -73,20 +73,7 @@ func newEnvConfig(t testing.TB, opts app.Options, edit func(*config.Config)) *en
 		t.Fatal(err)
 	}
 	b := natstest.Started(t)
-	nc, err := nats.Connect(b.URL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := natsintake.EnsureStream(ctx, js, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	js, _ := natstest.IntakeStream(t, b.URL)
 	return &env{t: t, d: d, a: a, url: srv.URL, b: b, secret: sec, js: js}
 }
 

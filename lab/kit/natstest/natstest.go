@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paysvc/paysvc/internal/natsintake"
 	"github.com/paysvc/paysvc/lab/kit/testproc"
 )
 
@@ -100,4 +102,27 @@ func Started(t testing.TB) *Broker {
 	b := Stopped(t)
 	b.StartOrFail(t)
 	return b
+}
+
+// IntakeStream connects to the broker at url, reconnecting for as long as
+// the test runs, and makes sure the intake's stream exists (messages kept
+// an hour); the connection closes with the test.
+func IntakeStream(t testing.TB, url string) (jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := natsintake.EnsureStream(ctx, js, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, stream
 }
