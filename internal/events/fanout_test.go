@@ -232,7 +232,7 @@ func TestFanOutByFilter(t *testing.T) {
 	env.expect(secretTexts)
 
 	ids := f.write(t, events.OrderPaid, events.OrderClosed, events.OrderPaid)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, env.url, events.QueueOptions{})
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, env.url, events.QueueOptions{})
 	waitSettled(t, f.d)
 	want := map[*hook]map[string]string{
 		all:    {ids[0]: events.OrderPaid, ids[1]: events.OrderClosed, ids[2]: events.OrderPaid},
@@ -307,7 +307,7 @@ func TestDeleteDropsPendingDeliveries(t *testing.T) {
 	eDown := f.endpoint(t, down.url)
 	f.endpoint(t, up.url)
 	ids := f.write(t, events.OrderPaid)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "", events.QueueOptions{}, time.Hour)
 	waitFor(t, func() bool { return down.hits.Load() > 0 && up.hits.Load() > 0 })
 	waitFor(t, func() bool { return f.d.Count(t, `SELECT COUNT(*) FROM event_attempts`) == 2 })
 	if got := deliveryOf(t, f.d, ids[0]); got != events.DeliveryPending {
@@ -340,7 +340,7 @@ func TestEndpointCreatedLaterGetsOnlyRedeliveries(t *testing.T) {
 	first, later := newHook(t), newHook(t)
 	f.endpoint(t, first.url)
 	ids := f.write(t, events.OrderPaid)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "", events.QueueOptions{}, time.Hour)
 	waitSettled(t, f.d)
 	eLater := f.endpoint(t, later.url)
 	// Another event after the creation: it reaches both, and once it has,
@@ -407,7 +407,7 @@ func TestRedirectIsAFailedAttempt(t *testing.T) {
 	t.Cleanup(redirector.Close)
 	f.endpoint(t, redirector.URL+"/hook")
 	ids := f.write(t, events.OrderPaid)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "", events.QueueOptions{}, time.Hour)
 	waitFor(t, func() bool { return f.d.Count(t, `SELECT COUNT(*) FROM event_attempts`) == 1 })
 	if n := target.hits.Load(); n != 0 {
 		t.Fatalf("the redirect's target got %d requests", n)
@@ -430,7 +430,7 @@ func TestRedeliverKeepsADeletedEndpointsHistory(t *testing.T) {
 	eGone := f.endpoint(t, gone.url)
 	f.endpoint(t, kept.url)
 	ids := f.write(t, events.OrderPaid)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{}, time.Hour)
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "", events.QueueOptions{}, time.Hour)
 	waitSettled(t, f.d)
 	if err := endpoints.Delete(context.Background(), f.d.Gorm, merchant, eGone.ID); err != nil {
 		t.Fatal(err)
@@ -452,5 +452,32 @@ func TestRedeliverKeepsADeletedEndpointsHistory(t *testing.T) {
 	}
 	if got := deliveryOf(t, f.d, ids[0]); got != events.DeliveryDelivered {
 		t.Errorf("summary %s", got)
+	}
+}
+
+// An http endpoint written while http was allowed, delivered to by a relay
+// that no longer allows it (PAYSVC_NOTIFY_ALLOW_HTTP turned off and the
+// service restarted): each attempt fails naming the rule and the receiver
+// sees nothing, as for an address the rule refuses. The operator's
+// endpoint of PAYSVC_NOTIFY_ENDPOINTS, exempt from the rule, still gets
+// the event over http.
+func TestRelayRefusesHTTPOnceNotAllowed(t *testing.T) {
+	t.Parallel()
+	f := newFanEnv(t)
+	api, env := newHook(t), newHook(t)
+	f.endpoint(t, api.url)
+	ids := f.write(t, events.OrderPaid)
+	f.relay(t, netguard.Rule{AllowPrivate: true}, env.url, events.QueueOptions{}, time.Hour)
+	waitFor(t, func() bool { return f.d.Count(t, `SELECT COUNT(*) FROM event_attempts`) == 2 })
+	if n := api.hits.Load(); n != 0 {
+		t.Errorf("the http endpoint got %d requests after http stopped being allowed", n)
+	}
+	if got := env.got(); got[ids[0]] != events.OrderPaid {
+		t.Errorf("the operator's endpoint got %v", got)
+	}
+	for _, r := range f.d.Rows(t, `SELECT error, status_code FROM event_attempts WHERE endpoint_id <> ''`) {
+		if !strings.Contains(r["error"].(string), "must be https") || r["status_code"] != nil {
+			t.Errorf("attempt %v, want a refusal naming the rule", r)
+		}
 	}
 }

@@ -31,7 +31,7 @@ func TestEndpointHealthAndRecover(t *testing.T) {
 	since := time.Now().Add(-time.Second)
 	ids := f.write(t, events.OrderPaid, events.OrderPaid, events.OrderPaid)
 	flaky.status.Store(503)
-	f.relay(t, netguard.Rule{AllowPrivate: true}, "", events.QueueOptions{DisableAfter: 3 * time.Second,
+	f.relay(t, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, "", events.QueueOptions{DisableAfter: 3 * time.Second,
 		OnDisabled: func(endpoints.Endpoint) { disabled.Add(1) }},
 		300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond,
 		300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond,

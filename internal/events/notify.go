@@ -29,8 +29,10 @@ type Endpoint struct {
 type Notifier struct {
 	endpoints map[string]Endpoint
 	// envClient reaches the PAYSVC_NOTIFY_ENDPOINTS endpoints, which are
-	// the operator's and exempt from the address rule; client reaches the
-	// API-managed ones, through a dialer that applies it.
+	// the operator's and exempt from the rule, its scheme and its address:
+	// held to PAYSVC_NOTIFY_ALLOW_HTTP, an operator whose own receiver is
+	// reached over http would have to allow http for every merchant.
+	// client reaches the API-managed ones, and applies the rule.
 	envClient *http.Client
 	client    *http.Client
 	now       func() time.Time
@@ -50,10 +52,12 @@ func NewNotifier(endpoints map[string]Endpoint, rule netguard.Rule, conns int, n
 
 // newClient is the client of deliveries: it never follows a redirect (a
 // 3xx is an answer, and not a 2xx: following it would send the signed
-// event where the merchant did not say), and with a rule, it connects
-// only to addresses the rule allows, checked by the dialer on the address
-// it actually connects to, and through no proxy (the dialer would check
-// the proxy's address, not the endpoint's).
+// event where the merchant did not say), and with a rule, it sends only
+// to URLs whose scheme the rule allows, checked on every request (a URL
+// stored while http was allowed is not sent to once it is not), and
+// connects only to addresses the rule allows, checked by the dialer on
+// the address it actually connects to, and through no proxy (the dialer
+// would check the proxy's address, not the endpoint's).
 //
 // It keeps up to conns idle connections in all and per host, as many as
 // attempts can be in flight: with fewer (net/http's defaults are 100 in
@@ -70,12 +74,14 @@ func newClient(rule *netguard.Rule, conns int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = conns, conns
 	tr.MaxResponseHeaderBytes = maxAnswer
+	var rt http.RoundTripper = tr
 	if rule != nil {
 		tr.Proxy = nil
 		tr.DialContext = rule.Dialer().DialContext
+		rt = rule.Transport(tr)
 	}
 	return &http.Client{
-		Transport:     tr,
+		Transport:     rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

@@ -54,7 +54,7 @@ func TestFullConcurrencyKeepsItsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := events.NewNotifier(nil, netguard.Rule{AllowPrivate: true}, conc, nil)
+	n := events.NewNotifier(nil, netguard.Rule{AllowPrivate: true, AllowHTTP: true}, conc, nil)
 	var failed []string
 	var mu sync.Mutex
 	for round := range rounds {

@@ -89,7 +89,7 @@ func TestRedeliverAnswerFitsWhateverReceiversSay(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := events.NewNotifier(map[string]events.Endpoint{"acme": {URL: hostile + "/env", Secrets: []webhooks.Secret{secret}}},
-		netguard.Rule{AllowPrivate: true}, 32, nil)
+		netguard.Rule{AllowPrivate: true, AllowHTTP: true}, 32, nil)
 	delays := make([]time.Duration, 6)
 	for i := range delays {
 		delays[i] = 10 * time.Millisecond

@@ -5,10 +5,13 @@
 // CGNAT, multicast, unspecified, reserved, benchmarking or documentation
 // one, nor an IPv6 address outside the global unicast range 2000::/3, also
 // when written inside an IPv6 address of NAT64 or 6to4, unless the
-// operator allows it. The rule is checked twice: when the URL is written
-// (CheckURL), and at every connection (Control, on the address the dialer
-// actually connects to), so that a name that resolves elsewhere later, or
-// differently for the relay than it did at creation, is refused then.
+// operator allows it. The rule is checked when the URL is written
+// (CheckURL), and again when it is used: its scheme on every request
+// (Transport), so that an http URL written while http was allowed is
+// refused once it is not, and its address at every connection (Control,
+// on the address the dialer actually connects to), so that a name that
+// resolves elsewhere later, or differently for the relay than it did at
+// creation, is refused then.
 package netguard
 
 import (
@@ -16,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -182,13 +186,8 @@ func (r Rule) CheckForm(raw string) (name string, err error) {
 	if err != nil {
 		return "", errors.New("not a URL")
 	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && r.AllowHTTP:
-	case u.Scheme == "http":
-		return "", errors.New("must be https (http is allowed only with PAYSVC_NOTIFY_ALLOW_HTTP=true)")
-	default:
-		return "", errors.New("must be an absolute https URL")
+	if err := r.checkScheme(u.Scheme); err != nil {
+		return "", err
 	}
 	if u.User != nil || strings.Contains(u.Host, "@") {
 		return "", errors.New("must not carry user-info (credentials) before the host")
@@ -226,6 +225,20 @@ func (r Rule) CheckForm(raw string) (name string, err error) {
 		return "", fmt.Errorf("host %s: an IPv4 address must be written as four decimal numbers: %w", host, ErrForbidden)
 	}
 	return host, nil
+}
+
+// checkScheme refuses a scheme other than https, and http unless the rule
+// allows it.
+func (r Rule) checkScheme(scheme string) error {
+	switch {
+	case scheme == "https":
+	case scheme == "http" && r.AllowHTTP:
+	case scheme == "http":
+		return errors.New("must be https (http is allowed only with PAYSVC_NOTIFY_ALLOW_HTTP=true)")
+	default:
+		return errors.New("must be an absolute https URL")
+	}
+	return nil
 }
 
 // dialedHost is the host the relay connects to for a URL's hostname, in
@@ -309,4 +322,27 @@ func (r Rule) Control(network, address string, _ syscall.RawConn) error {
 // Dialer returns a dialer whose every connection passes the rule.
 func (r Rule) Dialer() *net.Dialer {
 	return &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: r.Control}
+}
+
+// Transport returns next with the rule's scheme checked on every request
+// it sends, as Control checks the address at every connection: a URL
+// written while http was allowed is refused once it is not, instead of
+// carrying signed events in plaintext for as long as it is stored.
+func (r Rule) Transport(next http.RoundTripper) http.RoundTripper {
+	return schemeGuard{rule: r, next: next}
+}
+
+type schemeGuard struct {
+	rule Rule
+	next http.RoundTripper
+}
+
+func (g schemeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := g.rule.checkScheme(req.URL.Scheme); err != nil {
+		if req.Body != nil {
+			req.Body.Close() // a RoundTripper closes the body, even when it refuses
+		}
+		return nil, fmt.Errorf("%s refused: %w", req.URL.Scheme, err)
+	}
+	return g.next.RoundTrip(req)
 }
