@@ -193,7 +193,7 @@ func Open(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options
 	var operatorConsole http.Handler
 	if len(cfg.AdminKeys) > 0 {
 		oc, err := console.New(console.Deps{DB: gdb, AdminKeys: cfg.AdminKeys, Log: log, Now: now,
-			WakeRelay: notify.relay.Wake, EventTTL: cfg.Notify.EventTTL})
+			WakeRelay: notify.relay.Wake, Notified: notify.endpoints.Notified, EventTTL: cfg.Notify.EventTTL})
 		if err != nil {
 			return nil, err
 		}

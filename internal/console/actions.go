@@ -86,7 +86,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	err = c.db.WithContext(r.Context()).Transaction(func(tx *gorm.DB) error {
-		_, err := events.Redeliver(r.Context(), tx, merchant, id, c.now())
+		_, err := events.Redeliver(r.Context(), tx, merchant, id, c.notified != nil && c.notified(merchant), c.now())
 		return err
 	})
 	if err != nil {

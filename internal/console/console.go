@@ -56,6 +56,10 @@ type Deps struct {
 	// WakeRelay, if set, tells the local relay that deliveries are due
 	// (after a redeliver or a recover).
 	WakeRelay func()
+	// Notified reports whether a merchant has an endpoint in
+	// PAYSVC_NOTIFY_ENDPOINTS (a redeliver leaves the delivery to a removed
+	// one as it was); nil: none has.
+	Notified func(merchantID string) bool
 	// EventTTL is how long events are kept (PAYSVC_EVENT_TTL): a recover
 	// reaches back that far (its default when zero).
 	EventTTL time.Duration
@@ -71,6 +75,7 @@ type Console struct {
 	log       *slog.Logger
 	now       func() time.Time
 	wakeRelay func()
+	notified  func(merchantID string) bool
 	eventTTL  time.Duration
 	pages     *template.Template
 	mux       *http.ServeMux
@@ -85,7 +90,7 @@ func New(d Deps) (*Console, error) {
 	if d.DB == nil {
 		return nil, fmt.Errorf("console: no database")
 	}
-	c := &Console{db: d.DB, log: d.Log, now: d.Now, wakeRelay: d.WakeRelay, eventTTL: d.EventTTL,
+	c := &Console{db: d.DB, log: d.Log, now: d.Now, wakeRelay: d.WakeRelay, notified: d.Notified, eventTTL: d.EventTTL,
 		overviews: &overviewCache{every: OverviewEvery}}
 	if d.OverviewEvery > 0 {
 		c.overviews.every = d.OverviewEvery

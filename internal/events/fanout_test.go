@@ -94,6 +94,8 @@ func (h *hook) got() map[string]string {
 type fanEnv struct {
 	d    *dbtest.DB
 	keys *endpoints.Keyring
+	// notified is the latest relay's Notifier.Notifies, as the API's.
+	notified func(merchantID string) bool
 }
 
 func newFanEnv(t *testing.T) *fanEnv {
@@ -140,7 +142,7 @@ func (f *fanEnv) secrets(t *testing.T, id string) []string {
 func (f *fanEnv) redeliver(t *testing.T, id string) {
 	t.Helper()
 	if err := f.d.Gorm.Transaction(func(tx *gorm.DB) error {
-		_, err := events.Redeliver(context.Background(), tx, merchant, id, time.Now())
+		_, err := events.Redeliver(context.Background(), tx, merchant, id, f.notified != nil && f.notified(merchant), time.Now())
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -148,8 +150,9 @@ func (f *fanEnv) redeliver(t *testing.T, id string) {
 }
 
 // relay runs a relay over the deliveries of f, held to rule, until the
-// test ends; env, if set, is the merchant's PAYSVC_NOTIFY_ENDPOINTS URL.
-func (f *fanEnv) relay(t *testing.T, rule netguard.Rule, env string, o events.QueueOptions, delays ...time.Duration) {
+// test ends or the returned stop is called; env, if set, is the
+// merchant's PAYSVC_NOTIFY_ENDPOINTS URL.
+func (f *fanEnv) relay(t *testing.T, rule netguard.Rule, env string, o events.QueueOptions, delays ...time.Duration) (stop func()) {
 	t.Helper()
 	pool, err := db.OpenPool(db.BackgroundConfig(f.d.Config), 4)
 	if err != nil {
@@ -161,12 +164,16 @@ func (f *fanEnv) relay(t *testing.T, rule netguard.Rule, env string, o events.Qu
 	}
 	n := events.NewNotifier(eps, rule, 8, nil)
 	o.Notified, o.Keys = n.Notifies, f.keys
+	f.notified = n.Notifies
 	r := outbox.New(events.NewQueue(pool, o), n.Deliver, outbox.Options{Timeout: 5 * time.Second, LeaseMargin: 2 * time.Second,
 		Schedule: outbox.Schedule{Delays: delays, Jitter: 0.2}, Poll: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; _ = db.Close(pool) })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done; _ = db.Close(pool) }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // write records an event of each type in types, in order.
@@ -479,5 +486,42 @@ func TestRelayRefusesHTTPOnceNotAllowed(t *testing.T) {
 		if !strings.Contains(r["error"].(string), "must be https") || r["status_code"] != nil {
 			t.Errorf("attempt %v, want a refusal naming the rule", r)
 		}
+	}
+}
+
+// The operator's endpoint is configuration: removed from
+// PAYSVC_NOTIFY_ENDPOINTS, its delivered delivery stays the history of the
+// event through a redelivery, as a deleted API endpoint's does, instead of
+// turning failed after an attempt that could go nowhere.
+func TestRedeliverKeepsARemovedOperatorEndpointsHistory(t *testing.T) {
+	t.Parallel()
+	f := newFanEnv(t)
+	env, kept := newHook(t), newHook(t)
+	env.expect(secretTexts)
+	f.endpoint(t, kept.url)
+	ids := f.write(t, events.OrderPaid)
+	rule := netguard.Rule{AllowPrivate: true, AllowHTTP: true}
+	stop := f.relay(t, rule, env.url, events.QueueOptions{}, time.Hour)
+	waitSettled(t, f.d)
+	stop()
+	const operatorDelivered = `SELECT COUNT(*) FROM deliveries WHERE endpoint_id = '' AND status = 2`
+	if n := f.d.Count(t, operatorDelivered); n != 1 {
+		t.Fatalf("%d delivered deliveries to the operator's endpoint, want its one", n)
+	}
+	// Restarted without the merchant's entry in PAYSVC_NOTIFY_ENDPOINTS.
+	f.relay(t, rule, "", events.QueueOptions{}, time.Hour)
+	f.redeliver(t, ids[0])
+	waitSettled(t, f.d)
+	if kept.hits.Load() != 2 || env.hits.Load() != 1 {
+		t.Errorf("hits: API endpoint %d (want 2), removed operator endpoint %d (want 1)", kept.hits.Load(), env.hits.Load())
+	}
+	if n := f.d.Count(t, operatorDelivered); n != 1 {
+		t.Errorf("after the redelivery, %d delivered deliveries to the removed operator endpoint, want its one", n)
+	}
+	if n := f.d.Count(t, `SELECT COUNT(*) FROM event_attempts WHERE endpoint_id = ''`); n != 1 {
+		t.Errorf("%d attempts to the operator's endpoint, want the one before its removal", n)
+	}
+	if got := deliveryOf(t, f.d, ids[0]); got != events.DeliveryDelivered {
+		t.Errorf("summary %s", got)
 	}
 }

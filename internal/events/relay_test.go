@@ -338,7 +338,7 @@ func TestRelayGivesUpThenRedelivers(t *testing.T) {
 	redeliver := func(id string) {
 		t.Helper()
 		err := d.Gorm.Transaction(func(tx *gorm.DB) error {
-			e, err := events.Redeliver(context.Background(), tx, merchant, id, time.Now())
+			e, err := events.Redeliver(context.Background(), tx, merchant, id, true, time.Now())
 			if err == nil && e.Delivery != events.DeliveryPending {
 				err = fmt.Errorf("delivery %s after redeliver", e.Delivery)
 			}
@@ -492,7 +492,7 @@ func TestRedeliverDuringAnAttempt(t *testing.T) {
 	r := startRelay(t, d, rcv.url, relayOpts{})
 	<-entered
 	err := d.Gorm.Transaction(func(tx *gorm.DB) error {
-		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], time.Now())
+		_, err := events.Redeliver(context.Background(), tx, merchant, ids[0], true, time.Now())
 		return err
 	})
 	if err != nil {

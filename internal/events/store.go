@@ -159,15 +159,18 @@ func readAttempts(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]A
 // Redeliver schedules one more attempt of each of a merchant's event's
 // deliveries to an endpoint that still exists, now, whatever its status
 // was, and fans the event out again (an endpoint added since gets it too),
-// then returns the event as it is then. A delivery that waits for a retry
-// keeps its remaining retries; any other gets one attempt and no retries
-// after it (retries = 255). A delivery whose attempt is in flight is not
+// then returns the event as it is then. notified is whether the merchant
+// has an endpoint in PAYSVC_NOTIFY_ENDPOINTS now: without one, the
+// delivery to the one it had is left as it was, as a deleted API
+// endpoint's is. A delivery that waits for a retry keeps its remaining
+// retries; any other gets one attempt and no retries after it (retries =
+// 255). A delivery whose attempt is in flight is not
 // touched but marked: the relay that holds it schedules the extra attempt
 // when it finishes, so two attempts of one delivery never overlap. Runs in
 // the caller's transaction (the idempotency engine's). The event's row
 // first, then its deliveries, the order of every transaction that takes
 // both.
-func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, now time.Time) (Event, error) {
+func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, notified bool, now time.Time) (Event, error) {
 	if !ValidID(id) {
 		return Event{}, fmt.Errorf("event %s: %w", validate.Quote(id), ErrNotFound)
 	}
@@ -192,6 +195,11 @@ func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, now time
 		return Event{}, fmt.Errorf("redeliver %s: %w", id, err)
 	}
 	where, args := `event_id = ?`, []any{DeliveryPending, noRetries, now, DeliveryPending, id}
+	if !notified {
+		// The operator's endpoint was removed from the configuration: the
+		// same history, and the relay would find nowhere to send it.
+		where += ` AND endpoint_id <> ''`
+	}
 	if len(gone) > 0 {
 		where += ` AND endpoint_id NOT IN (?` + strings.Repeat(",?", len(gone)-1) + `)`
 		args = append(args, gone...)

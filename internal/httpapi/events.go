@@ -228,7 +228,7 @@ func (s *server) redeliverEvent(c *gin.Context) {
 	}
 	id := c.Param("id")
 	s.idempotent(c, req, func(ctx context.Context, tx *gorm.DB) (idempotency.Response, error) {
-		e, err := events.Redeliver(ctx, tx, merchant, id, s.now())
+		e, err := events.Redeliver(ctx, tx, merchant, id, s.notified(merchant), s.now())
 		if err != nil {
 			return businessResponse(idempotency.Response{}, err)
 		}
@@ -244,11 +244,17 @@ func (s *server) redeliverEvent(c *gin.Context) {
 	}
 }
 
+// notified reports whether a merchant has an endpoint in
+// PAYSVC_NOTIFY_ENDPOINTS.
+func (s *server) notified(merchantID string) bool {
+	return s.endpoints.Notified != nil && s.endpoints.Notified(merchantID)
+}
+
 // nowhereToGo reports whether an event not fanned out yet would go to no
 // endpoint as the merchant's endpoints are now: its delivery is then
 // "none", not "pending". One read of the merchant's enabled endpoints.
 func (s *server) nowhereToGo(ctx context.Context, gdb *gorm.DB, e events.Event) (bool, error) {
-	if s.endpoints.Notified != nil && s.endpoints.Notified(e.MerchantID) {
+	if s.notified(e.MerchantID) {
 		return false, nil
 	}
 	routes, err := endpoints.Routes(ctx, gdb, []string{e.MerchantID})
