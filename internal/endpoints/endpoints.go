@@ -233,11 +233,16 @@ type Patch struct {
 // Update applies p to a merchant's endpoint in one transaction and
 // returns the endpoint as it then is. Disabling fails its pending
 // deliveries (a disabled endpoint receives nothing; recover brings them
-// back).
+// back); it locks them before the endpoint's row (see Delete).
 func Update(ctx context.Context, gdb *gorm.DB, merchantID, id string, p Patch, now time.Time) (Endpoint, error) {
 	now = now.UTC().Truncate(time.Microsecond)
 	var out Endpoint
 	err := gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if p.Enable != nil && !*p.Enable && ValidID(id) {
+			if err := lockPending(ctx, tx, merchantID, id); err != nil {
+				return err
+			}
+		}
 		e, err := get(ctx, tx, merchantID, id, ` FOR UPDATE`)
 		if err != nil {
 			return err
@@ -303,11 +308,21 @@ func FailPending(ctx context.Context, tx *gorm.DB, endpointID string) error {
 // Delete removes a merchant's endpoint, erases its secrets and drops its
 // pending deliveries, in one transaction. Its finished deliveries stay,
 // as the history of the events they belong to.
+//
+// The deliveries are locked before the endpoint's row, the order of the
+// relay's outcomes (events.Queue.Finish locks a batch's deliveries, then
+// updates their endpoints' health): in the other order, a Delete or a
+// disabling Update that met a batch of the endpoint's outcomes deadlocked
+// with it, and the merchant's request failed.
 func Delete(ctx context.Context, gdb *gorm.DB, merchantID, id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("endpoint %s: %w", validate.Quote(id), ErrNotFound)
 	}
 	return gdb.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if _, err := db.Exec(ctx, tx, `DELETE FROM deliveries WHERE endpoint_id = ? AND status = ? AND merchant_id = ?`,
+			id, DeliveryPending, merchantID); err != nil {
+			return fmt.Errorf("drop deliveries of %s: %w", id, err)
+		}
 		n, err := db.Exec(ctx, tx, `DELETE FROM webhook_endpoints WHERE id = ? AND merchant_id = ?`, id, merchantID)
 		if err != nil {
 			return fmt.Errorf("delete endpoint %s: %w", id, err)
@@ -318,11 +333,19 @@ func Delete(ctx context.Context, gdb *gorm.DB, merchantID, id string) error {
 		if _, err := db.Exec(ctx, tx, `DELETE FROM webhook_endpoint_secrets WHERE endpoint_id = ?`, id); err != nil {
 			return fmt.Errorf("erase secrets of %s: %w", id, err)
 		}
-		if _, err := db.Exec(ctx, tx, `DELETE FROM deliveries WHERE endpoint_id = ? AND status = ?`, id, DeliveryPending); err != nil {
-			return fmt.Errorf("drop deliveries of %s: %w", id, err)
-		}
 		return nil
 	})
+}
+
+// lockPending locks a merchant's endpoint's pending deliveries (see
+// Delete for why before the endpoint).
+func lockPending(ctx context.Context, tx *gorm.DB, merchantID, id string) error {
+	err := db.EachRow(ctx, tx, func(*sql.Rows) error { return nil },
+		`SELECT id FROM deliveries WHERE endpoint_id = ? AND status = ? AND merchant_id = ? FOR UPDATE`, id, DeliveryPending, merchantID)
+	if err != nil {
+		return fmt.Errorf("lock pending deliveries of %s: %w", id, err)
+	}
+	return nil
 }
 
 // Recover makes every failed delivery to a merchant's endpoint whose

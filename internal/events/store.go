@@ -186,8 +186,8 @@ func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, notified
 	// history of the event (endpoints.Delete keeps the finished ones):
 	// made pending, they would go nowhere, and the relay, finding the
 	// endpoint gone, would drop them. A plain read: it locks no endpoint,
-	// so that it cannot deadlock with a Delete or an Update, which lock
-	// the endpoint before its deliveries.
+	// which here, before the deliveries, would be out of the order of the
+	// transactions that lock both (deliveries, then their endpoint).
 	gone, err := db.QueryAll(ctx, tx, scanID, `SELECT d.endpoint_id FROM deliveries d
 	  WHERE d.event_id = ? AND d.endpoint_id <> ''
 	    AND NOT EXISTS (SELECT 1 FROM webhook_endpoints w WHERE w.id = d.endpoint_id)`, id)
