@@ -164,12 +164,11 @@ func readAttempts(ctx context.Context, gdb *gorm.DB, q string, args ...any) ([]A
 // delivery to the one it had is left as it was, as a deleted API
 // endpoint's is. A delivery that waits for a retry keeps its remaining
 // retries; any other gets one attempt and no retries after it (retries =
-// 255). A delivery whose attempt is in flight is not
-// touched but marked: the relay that holds it schedules the extra attempt
-// when it finishes, so two attempts of one delivery never overlap. Runs in
-// the caller's transaction (the idempotency engine's). The event's row
-// first, then its deliveries, the order of every transaction that takes
-// both.
+// 255). A delivery whose attempt is in flight is not touched but marked:
+// the relay that holds it schedules the extra attempt when it finishes, so
+// two attempts of one delivery never overlap. Runs in the caller's
+// transaction (the idempotency engine's). The event's row first, then its
+// deliveries, the order of every transaction that takes both.
 func Redeliver(ctx context.Context, tx *gorm.DB, merchantID, id string, notified bool, now time.Time) (Event, error) {
 	if !ValidID(id) {
 		return Event{}, fmt.Errorf("event %s: %w", validate.Quote(id), ErrNotFound)
