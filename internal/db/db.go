@@ -93,9 +93,12 @@ func Config(dsn string) (*mysql.Config, error) {
 
 // EnsureDatabase creates the database named in cfg if it does not exist.
 // An account with only the rights its requests need (the schema migrated
-// by another one) may not run CREATE DATABASE IF NOT EXISTS even for a
-// database that exists: the server refuses it (1044) before it looks. So
-// the statement is sent only when the account sees no such database.
+// by another one) is refused CREATE DATABASE IF NOT EXISTS (1044) even for
+// a database that exists: the server checks the right before it looks. So
+// a refusal for want of the right is no error when the account sees the
+// database. The CREATE still goes first: a Galera node that is not ready
+// refuses it (1047), which EnsureDatabaseWithin waits out, where it may
+// answer a look at information_schema.
 func EnsureDatabase(ctx context.Context, cfg *mysql.Config) error {
 	server := cfg.Clone()
 	server.DBName = ""
@@ -104,17 +107,19 @@ func EnsureDatabase(ctx context.Context, cfg *mysql.Config) error {
 		return fmt.Errorf("open server connection: %w", err)
 	}
 	defer conn.Close()
-	// Compared as bytes: the column's collation ignores case, and on a
-	// server whose names are case-sensitive "Paysvc" is not "paysvc".
-	var n int
-	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE CAST(SCHEMA_NAME AS BINARY) = CAST(? AS BINARY)",
-		cfg.DBName).Scan(&n); err != nil {
-		return fmt.Errorf("look for database %s: %w", cfg.DBName, err)
+	_, err = conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(cfg.DBName))
+	if number(err) == errDBAccessDenied {
+		// Compared as bytes: the column's collation ignores case, and on a
+		// server whose names are case-sensitive "Paysvc" is not "paysvc".
+		var n int
+		if lerr := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE CAST(SCHEMA_NAME AS BINARY) = CAST(? AS BINARY)",
+			cfg.DBName).Scan(&n); lerr != nil {
+			err = errors.Join(err, fmt.Errorf("look for it: %w", lerr))
+		} else if n > 0 {
+			return nil
+		}
 	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := conn.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(cfg.DBName)); err != nil {
+	if err != nil {
 		return fmt.Errorf("create database %s: %w", cfg.DBName, err)
 	}
 	return nil

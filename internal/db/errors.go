@@ -15,6 +15,7 @@ import (
 
 // MySQL and MariaDB error numbers the service reacts to.
 const (
+	errDBAccessDenied  = 1044
 	errDupEntry        = 1062
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
