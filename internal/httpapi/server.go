@@ -126,6 +126,11 @@ func New(d Deps) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// A path of no route is 404 not_found, trailing slash or not: gin's
+	// default redirect to the path without it is answered before any
+	// middleware, so it has no X-Request-ID, no log line and no metric,
+	// and its 301 for a GET is cached for good by whatever sits between.
+	r.RedirectTrailingSlash = false
 	r.ContextWithFallback = true
 	if s.reserve == nil {
 		s.reserve = d.DB
