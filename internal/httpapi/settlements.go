@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
 
 	"github.com/gin-gonic/gin"
 
@@ -14,7 +15,14 @@ import (
 // of a UTC day, one per currency, as `paysvc settle` wrote them; an empty
 // list for a day not settled (yet) or without activity.
 func (s *server) listSettlements(c *gin.Context) {
-	dates := c.QueryArray("date")
+	// URL.Query drops the pairs it cannot parse, and the pair dropped
+	// could be a second date: refuse the query string instead.
+	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	if err != nil {
+		s.fail(c, validate.Invalid("", "malformed query string: "+err.Error()))
+		return
+	}
+	dates := q["date"]
 	if len(dates) > 1 {
 		s.fail(c, validate.Invalid("date", "must be given once"))
 		return
