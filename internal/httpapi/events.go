@@ -142,14 +142,24 @@ func listParams(c *gin.Context) (string, int, error) {
 	return after, limit, nil
 }
 
+// queryOf is the request's query string, refused when it does not
+// parse: URL.Query drops the pairs it cannot parse, and the pair dropped
+// could be one the client meant (a limit=5;x become the default, a second
+// date=%zz unseen).
+func queryOf(c *gin.Context) (url.Values, error) {
+	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	if err != nil {
+		return nil, validate.Invalid("", "malformed query string: "+err.Error())
+	}
+	return q, nil
+}
+
 // pageQuery reads the query string of a page: after and limit (1-100,
 // default 20), each at most once (given twice, which one was meant?).
 func pageQuery(c *gin.Context) (url.Values, int, error) {
-	// URL.Query drops the pairs it cannot parse, and a dropped limit=5;x
-	// or after=%zz would silently become the default: refuse instead.
-	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	q, err := queryOf(c)
 	if err != nil {
-		return nil, 0, validate.Invalid("", "malformed query string: "+err.Error())
+		return nil, 0, err
 	}
 	for _, name := range []string{"after", "limit"} {
 		if len(q[name]) > 1 {

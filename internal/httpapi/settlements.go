@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/gin-gonic/gin"
 
@@ -15,11 +14,9 @@ import (
 // of a UTC day, one per currency, as `paysvc settle` wrote them; an empty
 // list for a day not settled (yet) or without activity.
 func (s *server) listSettlements(c *gin.Context) {
-	// URL.Query drops the pairs it cannot parse, and the pair dropped
-	// could be a second date: refuse the query string instead.
-	q, err := url.ParseQuery(c.Request.URL.RawQuery)
+	q, err := queryOf(c)
 	if err != nil {
-		s.fail(c, validate.Invalid("", "malformed query string: "+err.Error()))
+		s.fail(c, err)
 		return
 	}
 	dates := q["date"]
