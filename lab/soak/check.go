@@ -417,10 +417,44 @@ func checkProvider(h *History) *Invariant {
 	}
 	// Every refund paysvc accepted, the merchants' and the automatic ones.
 	asked := func(key string) bool { r, ok := h.Provider.Refunds[key]; return ok && r.Moves == 1 }
+	seen := map[string]bool{}
 	for _, op := range h.Ops {
 		if op.Kind == "refund" && op.Final && op.Status == 201 && !asked(op.RefundNo) {
 			notAsked++
+			seen[op.RefundNo] = true
 			iv.violation("refund %s accepted (201) but the provider was never asked", op.RefundNo)
+		}
+	}
+	// A refund whose request never got a final answer (the client gave up
+	// under the nemesis) may still have been accepted and settled: the
+	// database, not the answers, says which refunds must have moved money.
+	for no, r := range h.DB.Refunds {
+		if r.Status == "SUCCEEDED" && !seen[no] && !asked(no) {
+			notAsked++
+			iv.violation("refund %s is SUCCEEDED in the database but the provider was never asked", no)
+		}
+	}
+	// The converse: money the provider moved must be a refund the database
+	// holds as succeeded (or a flagged payment's automatic refund), else
+	// the merchant was told it failed, or never told, while it was paid out.
+	autoKeys := map[string]bool{}
+	for _, p := range h.DB.Payments {
+		if flaggedResults[p.Result] {
+			autoKeys["auto:mockpay:"+p.TxnID] = true
+		}
+	}
+	var unbooked int
+	for k, r := range h.Provider.Refunds {
+		if r.Moves == 0 || autoKeys[k] {
+			continue
+		}
+		if db, ok := h.DB.Refunds[k]; !ok || db.Status != "SUCCEEDED" {
+			unbooked++
+			status := "not in the database"
+			if ok {
+				status = db.Status + " in the database"
+			}
+			iv.violation("the provider made refund %s (%d of %s), which is %s", k, r.Amount, r.PaymentTxnID, status)
 		}
 	}
 	for _, p := range h.DB.Payments {
@@ -436,6 +470,7 @@ func checkProvider(h *History) *Invariant {
 	iv.count("one refund under two keys", byRefTwice, true)
 	iv.count("over-refunded payments", overRefunded, true)
 	iv.count("accepted, never asked", notAsked, true)
+	iv.count("made, not succeeded in the database", unbooked, true)
 	return iv
 }
 
@@ -515,6 +550,49 @@ func checkEvents(h *History) *Invariant {
 			need("payment.flagged", p.TxnID, "flagged payment "+p.TxnID)
 		}
 	}
+	// The converse: every event must describe a change the database kept,
+	// once. An event written outside the transaction of its change (or
+	// kept when that change rolled back) is delivered like any other and
+	// would pass every check above.
+	var unfounded, twice int
+	subjects := map[string]int{}
+	for _, e := range h.DB.Events {
+		o, hasOrder := h.DB.Orders[e.OrderNo]
+		r, hasRefund := h.DB.Refunds[e.RefundNo]
+		subject, fits := "", true
+		switch e.Type {
+		case "order.paid":
+			subject, fits = e.OrderNo, hasOrder && paidStates[o.Status]
+		case "order.closed":
+			subject, fits = e.OrderNo, hasOrder && o.Status == "CLOSED"
+		case "order.refunded":
+			subject, fits = e.OrderNo, hasOrder && o.Status == "REFUNDED"
+		case "order.partially_refunded":
+			subject, fits = e.RefundNo, hasOrder && (o.Status == "PARTIALLY_REFUNDED" || o.Status == "REFUNDED") &&
+				hasRefund && r.Status == "SUCCEEDED"
+		case "refund.succeeded":
+			subject, fits = e.RefundNo, hasRefund && r.Status == "SUCCEEDED"
+		case "refund.failed":
+			subject, fits = e.RefundNo, hasRefund && r.Status == "FAILED"
+		case "payment.flagged":
+			subject, fits = e.PaymentTxn, false
+			for _, p := range h.DB.Payments {
+				if p.TxnID == e.PaymentTxn && flaggedResults[p.Result] {
+					fits = true
+				}
+			}
+		}
+		if !fits {
+			unfounded++
+			iv.violation("event %s (%s of %s %s) names a change the database does not hold", e.ID, e.Type, e.OrderNo, e.RefundNo+e.PaymentTxn)
+		}
+		if subject != "" {
+			if subjects[e.Type+" "+subject]++; subjects[e.Type+" "+subject] == 2 {
+				twice++
+				iv.violation("%s of %s recorded more than once", e.Type, subject)
+			}
+		}
+	}
 	var deliveries int
 	for _, r := range h.Received {
 		deliveries += r.Deliveries + r.EndpointDeliveries
@@ -522,6 +600,8 @@ func checkEvents(h *History) *Invariant {
 	iv.count("events", len(h.DB.Events), false)
 	iv.count("deliveries received", deliveries, false)
 	iv.count("missing events", missing, true)
+	iv.count("notified, not in the database", unfounded, true)
+	iv.count("notified twice", twice, true)
 	iv.count("undelivered", undelivered, true)
 	if h.EndpointEvents != nil {
 		iv.count("missed by the API endpoint", missed, true)

@@ -57,7 +57,7 @@ func goodHistory() *History {
 				{ID: "e1", Type: "order.paid", OrderNo: "o1", Delivery: 2},
 				{ID: "e2", Type: "order.closed", OrderNo: "o2", Delivery: 2},
 				{ID: "e3", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
-				{ID: "e4", Type: "order.partially_refunded", OrderNo: "o1", Delivery: 2},
+				{ID: "e4", Type: "order.partially_refunded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
 				{ID: "e5", Type: "order.paid", OrderNo: "o3", Delivery: 2},
 				{ID: "e6", Type: "payment.flagged", OrderNo: "o3", PaymentTxn: "t4", Delivery: 2},
 			},
@@ -171,6 +171,35 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		}},
 		{"a refund left pending", InvLedger, "refunds still pending", func(h *History) {
 			h.DB.Refunds["rf2"] = DBRefund{RefundNo: "rf2", OrderNo: "o3", Status: "PENDING", Amount: 100}
+		}},
+		{"an event for a change the database does not hold", InvEvents, "notified, not in the database", func(h *History) {
+			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Type: "order.paid", OrderNo: "o2", Delivery: 2})
+			h.Received["e7"] = Received{Type: "order.paid", OrderNo: "o2", Deliveries: 1, EndpointDeliveries: 1}
+		}},
+		{"a refund.succeeded for a refund that failed", InvEvents, "notified, not in the database", func(h *History) {
+			h.DB.Refunds["rf2"] = DBRefund{RefundNo: "rf2", OrderNo: "o1", Merchant: "m", MerchantRefundNo: "mr2", Status: "FAILED", Amount: 100}
+			h.DB.RefundsByRef["m/mr2"] = 1
+			h.DB.Events = append(h.DB.Events,
+				DBEvent{ID: "e7", Type: "refund.failed", OrderNo: "o1", RefundNo: "rf2", Delivery: 2},
+				DBEvent{ID: "e8", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf2", Delivery: 2})
+			h.Received["e7"] = Received{Type: "refund.failed", OrderNo: "o1", Deliveries: 1}
+			h.Received["e8"] = Received{Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1}
+		}},
+		{"one change notified twice", InvEvents, "notified twice", func(h *History) {
+			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Type: "order.paid", OrderNo: "o1", Delivery: 2})
+			h.Received["e7"] = Received{Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1}
+		}},
+		{"the provider made a refund the database failed", InvProvider, "made, not succeeded in the database", func(h *History) {
+			h.DB.Refunds["rf2"] = DBRefund{RefundNo: "rf2", OrderNo: "o1", Merchant: "m", MerchantRefundNo: "mr2", Status: "FAILED", Amount: 100}
+			h.DB.RefundsByRef["m/mr2"] = 1
+			h.Provider.Refunds["rf2"] = ProviderRefund{Key: "rf2", Calls: 1, Moves: 1, PaymentTxnID: "t1", Amount: 100, Reference: "rf2"}
+		}},
+		{"the provider made a refund the database does not hold", InvProvider, "made, not succeeded in the database", func(h *History) {
+			h.Provider.Refunds["rf9"] = ProviderRefund{Key: "rf9", Calls: 1, Moves: 1, PaymentTxnID: "t1", Amount: 100, Reference: "rf9"}
+		}},
+		{"a succeeded refund whose request got no final answer was never asked of the provider", InvProvider, "accepted, never asked", func(h *History) {
+			h.Ops[1].Final = false
+			delete(h.Provider.Refunds, "rf1")
 		}},
 		{"reconcile has findings", InvReconcile, "findings", func(h *History) {
 			h.ReconcileCode, h.ReconcileOutput = 1, "order o1 paid twice\n"
