@@ -375,6 +375,26 @@ func checkPayments(h *History) *Invariant {
 			}
 		}
 	}
+	// What the database says was taken must be what the provider took: a
+	// payment applied with another amount than its order's (or than the
+	// provider's), or booked as succeeded when the provider failed it,
+	// leaves the order paid and the ledger equal to it while the customer
+	// was charged otherwise.
+	var disagree int
+	for _, p := range h.DB.Payments {
+		if p.Status != "SUCCEEDED" {
+			continue
+		}
+		pp, ok := h.Provider.Payments[p.TxnID]
+		switch {
+		case !ok || !pp.Succeeded || pp.Amount != p.Amount || pp.OrderNo != p.OrderNo:
+			disagree++
+			iv.violation("payment %s of order %s: SUCCEEDED %d in the database, the provider has %+v", p.TxnID, p.OrderNo, p.Amount, pp)
+		case p.Result == "applied" && p.Amount != h.DB.Orders[p.OrderNo].Amount:
+			disagree++
+			iv.violation("payment %s applied %d to order %s of %d", p.TxnID, p.Amount, p.OrderNo, h.DB.Orders[p.OrderNo].Amount)
+		}
+	}
 	iv.count("paid orders", paid, false)
 	iv.count("payments recorded", len(h.DB.Payments), false)
 	iv.count("doubled", doubled, true)
@@ -382,6 +402,7 @@ func checkPayments(h *History) *Invariant {
 	iv.count("paid without one applied payment", paidWithout, true)
 	iv.count("applied on an unpaid order", appliedUnpaid, true)
 	iv.count("provider payments missing", missing, true)
+	iv.count("disagrees with the provider or its order", disagree, true)
 	return iv
 }
 
@@ -650,6 +671,17 @@ func checkLedger(h *History) *Invariant {
 		if o.Status == "REFUNDED" && o.Refunded != o.Amount || o.Status == "PARTIALLY_REFUNDED" && (o.Refunded == 0 || o.Refunded >= o.Amount) {
 			mismatches++
 			iv.violation("order %s is %s with %d of %d refunded", no, o.Status, o.Refunded, o.Amount)
+		}
+	}
+	// The loop above reads the ledger by order: an entry booked for an
+	// order that is not there (its creation rolled back, say) is money
+	// the orders do not account for.
+	for _, sums := range []map[string]int64{h.DB.LedgerPayments, h.DB.LedgerRefunds} {
+		for no, sum := range sums {
+			if _, ok := h.DB.Orders[no]; !ok {
+				mismatches++
+				iv.violation("ledger entries of %d for order %s, which the database does not hold", sum, no)
+			}
 		}
 	}
 	iv.count("orders", len(h.DB.Orders), false)

@@ -125,6 +125,17 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"a payment the provider took is missing", InvPayments, "provider payments missing", func(h *History) {
 			h.Provider.Payments["t9"] = ProviderPayment{TxnID: "t9", OrderNo: "o2", Amount: 700, Succeeded: true}
 		}},
+		{"a payment applied for another amount than its order's", InvPayments, "disagrees with the provider or its order", func(h *History) {
+			h.DB.Payments[0].Amount = 900
+			p := h.Provider.Payments["t1"]
+			p.Amount = 900
+			h.Provider.Payments["t1"] = p
+		}},
+		{"a payment the provider failed recorded as succeeded", InvPayments, "disagrees with the provider or its order", func(h *History) {
+			p := h.Provider.Payments["t1"]
+			p.Succeeded = false
+			h.Provider.Payments["t1"] = p
+		}},
 		{"the provider moved money twice for one key", InvProvider, "moved twice", func(h *History) {
 			r := h.Provider.Refunds["rf1"]
 			r.Moves = 2
@@ -164,6 +175,9 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			h.Received["e99"] = Received{Type: "order.paid", Deliveries: 1}
 		}},
 		{"the ledger misses a payment", InvLedger, "money mismatches", func(h *History) { h.DB.LedgerPayments["o1"] = 0 }},
+		{"a ledger entry of an order the database does not hold", InvLedger, "money mismatches", func(h *History) {
+			h.DB.LedgerPayments["o9"] = 400
+		}},
 		{"the order's refunded amount differs from its refunds", InvLedger, "refund sums differ from the order", func(h *History) {
 			r := h.DB.Refunds["rf1"]
 			r.Amount = 200
