@@ -132,6 +132,8 @@ type Received struct {
 	OrderNo            string
 	Deliveries         int
 	EndpointDeliveries int
+	// Merchants are the merchants whose endpoints (either one) got it.
+	Merchants []string
 }
 
 // Snapshot is what the database holds at the end.
@@ -498,7 +500,7 @@ func checkProvider(h *History) *Invariant {
 func checkEvents(h *History) *Invariant {
 	iv := &Invariant{Name: InvEvents}
 	has := map[string]bool{} // type + " " + subject
-	var undelivered, phantom, failed, missed, unfiltered int
+	var undelivered, phantom, failed, missed, unfiltered, misrouted, altered int
 	for _, e := range h.DB.Events {
 		has[e.Type+" "+e.OrderNo] = true
 		if e.RefundNo != "" {
@@ -520,6 +522,18 @@ func checkEvents(h *History) *Invariant {
 			case !wanted && r.EndpointDeliveries > 0:
 				unfiltered++
 				iv.violation("event %s (%s of %s) reached the API endpoint, whose filter does not take it", e.ID, e.Type, e.OrderNo)
+			}
+		}
+		if r, ok := h.Received[e.ID]; ok {
+			for _, m := range r.Merchants {
+				if m != e.Merchant {
+					misrouted++
+					iv.violation("event %s (%s of %s) of merchant %s reached merchant %s's endpoint", e.ID, e.Type, e.OrderNo, e.Merchant, m)
+				}
+			}
+			if r.Type != e.Type || r.OrderNo != e.OrderNo {
+				altered++
+				iv.violation("event %s is %s of %s in the database, the receiver got %s of %s", e.ID, e.Type, e.OrderNo, r.Type, r.OrderNo)
 			}
 		}
 		if e.Delivery == 3 {
@@ -628,6 +642,8 @@ func checkEvents(h *History) *Invariant {
 		iv.count("missed by the API endpoint", missed, true)
 		iv.count("outside its filter", unfiltered, true)
 	}
+	iv.count("delivered to another merchant", misrouted, true)
+	iv.count("delivered other than recorded", altered, true)
 	iv.count("delivery failed for good", failed, true)
 	iv.count("received, not in the database", phantom, true)
 	return iv

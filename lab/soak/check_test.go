@@ -33,12 +33,12 @@ func goodHistory() *History {
 			},
 		},
 		Received: map[string]Received{
-			"e1": {Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1},
-			"e2": {Type: "order.closed", OrderNo: "o2", Deliveries: 2},
-			"e3": {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 2},
-			"e4": {Type: "order.partially_refunded", OrderNo: "o1", Deliveries: 1},
-			"e5": {Type: "order.paid", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1},
-			"e6": {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1},
+			"e1": {Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e2": {Type: "order.closed", OrderNo: "o2", Deliveries: 2, Merchants: []string{"m"}},
+			"e3": {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 2, Merchants: []string{"m"}},
+			"e4": {Type: "order.partially_refunded", OrderNo: "o1", Deliveries: 1, Merchants: []string{"m"}},
+			"e5": {Type: "order.paid", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e6": {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
 		},
 		EndpointEvents: []string{"order.paid", "refund.succeeded", "payment.flagged"},
 		DB: Snapshot{
@@ -54,12 +54,12 @@ func goodHistory() *History {
 			},
 			Refunds: map[string]DBRefund{"rf1": {RefundNo: "rf1", OrderNo: "o1", Merchant: "m", MerchantRefundNo: "mr1", Status: "SUCCEEDED", Amount: 300}},
 			Events: []DBEvent{
-				{ID: "e1", Type: "order.paid", OrderNo: "o1", Delivery: 2},
-				{ID: "e2", Type: "order.closed", OrderNo: "o2", Delivery: 2},
-				{ID: "e3", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
-				{ID: "e4", Type: "order.partially_refunded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
-				{ID: "e5", Type: "order.paid", OrderNo: "o3", Delivery: 2},
-				{ID: "e6", Type: "payment.flagged", OrderNo: "o3", PaymentTxn: "t4", Delivery: 2},
+				{ID: "e1", Merchant: "m", Type: "order.paid", OrderNo: "o1", Delivery: 2},
+				{ID: "e2", Merchant: "m", Type: "order.closed", OrderNo: "o2", Delivery: 2},
+				{ID: "e3", Merchant: "m", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
+				{ID: "e4", Merchant: "m", Type: "order.partially_refunded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
+				{ID: "e5", Merchant: "m", Type: "order.paid", OrderNo: "o3", Delivery: 2},
+				{ID: "e6", Merchant: "m", Type: "payment.flagged", OrderNo: "o3", PaymentTxn: "t4", Delivery: 2},
 			},
 			LedgerPayments: map[string]int64{"o1": 1000, "o3": 500},
 			LedgerRefunds:  map[string]int64{"o1": 300},
@@ -170,6 +170,16 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			r.EndpointDeliveries = 1
 			h.Received["e2"] = r
 		}},
+		{"an event delivered to another merchant's endpoint", InvEvents, "delivered to another merchant", func(h *History) {
+			r := h.Received["e1"]
+			r.Merchants = append(r.Merchants, "m2")
+			h.Received["e1"] = r
+		}},
+		{"an event delivered with other content than recorded", InvEvents, "delivered other than recorded", func(h *History) {
+			r := h.Received["e2"]
+			r.Type = "order.paid"
+			h.Received["e2"] = r
+		}},
 		{"an event whose delivery failed for good", InvEvents, "delivery failed for good", func(h *History) { h.DB.Events[1].Delivery = 3 }},
 		{"a delivery of an event the database does not hold", InvEvents, "received, not in the database", func(h *History) {
 			h.Received["e99"] = Received{Type: "order.paid", Deliveries: 1}
@@ -187,20 +197,20 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			h.DB.Refunds["rf2"] = DBRefund{RefundNo: "rf2", OrderNo: "o3", Status: "PENDING", Amount: 100}
 		}},
 		{"an event for a change the database does not hold", InvEvents, "notified, not in the database", func(h *History) {
-			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Type: "order.paid", OrderNo: "o2", Delivery: 2})
+			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Merchant: "m", Type: "order.paid", OrderNo: "o2", Delivery: 2})
 			h.Received["e7"] = Received{Type: "order.paid", OrderNo: "o2", Deliveries: 1, EndpointDeliveries: 1}
 		}},
 		{"a refund.succeeded for a refund that failed", InvEvents, "notified, not in the database", func(h *History) {
 			h.DB.Refunds["rf2"] = DBRefund{RefundNo: "rf2", OrderNo: "o1", Merchant: "m", MerchantRefundNo: "mr2", Status: "FAILED", Amount: 100}
 			h.DB.RefundsByRef["m/mr2"] = 1
 			h.DB.Events = append(h.DB.Events,
-				DBEvent{ID: "e7", Type: "refund.failed", OrderNo: "o1", RefundNo: "rf2", Delivery: 2},
-				DBEvent{ID: "e8", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf2", Delivery: 2})
+				DBEvent{ID: "e7", Merchant: "m", Type: "refund.failed", OrderNo: "o1", RefundNo: "rf2", Delivery: 2},
+				DBEvent{ID: "e8", Merchant: "m", Type: "refund.succeeded", OrderNo: "o1", RefundNo: "rf2", Delivery: 2})
 			h.Received["e7"] = Received{Type: "refund.failed", OrderNo: "o1", Deliveries: 1}
 			h.Received["e8"] = Received{Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1}
 		}},
 		{"one change notified twice", InvEvents, "notified twice", func(h *History) {
-			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Type: "order.paid", OrderNo: "o1", Delivery: 2})
+			h.DB.Events = append(h.DB.Events, DBEvent{ID: "e7", Merchant: "m", Type: "order.paid", OrderNo: "o1", Delivery: 2})
 			h.Received["e7"] = Received{Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1}
 		}},
 		{"the provider made a refund the database failed", InvProvider, "made, not succeeded in the database", func(h *History) {

@@ -3,6 +3,8 @@ package soak
 import (
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,12 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	g := r.got[ev.ID]
 	g.Type, g.OrderNo = string(ev.Type), ev.Data.Order.OrderNo
+	// Every merchant's PAYSVC_NOTIFY_ENDPOINTS endpoint shares one secret,
+	// so the signature cannot tell one merchant's from another's: the path
+	// it came to is what says whose endpoint got it.
+	if m := strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, "/api"), "/"); !slices.Contains(g.Merchants, m) {
+		g.Merchants = append(g.Merchants, m)
+	}
 	if api {
 		g.EndpointDeliveries++
 	} else {
@@ -102,6 +110,7 @@ func (r *receiver) snapshot() map[string]Received {
 	defer r.mu.Unlock()
 	out := make(map[string]Received, len(r.got))
 	for k, v := range r.got {
+		v.Merchants = slices.Clone(v.Merchants)
 		out[k] = v
 	}
 	return out
