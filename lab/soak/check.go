@@ -302,9 +302,10 @@ func checkAcknowledged(h *History) *Invariant {
 			case n > 1:
 				doubled++
 				iv.violation("refund %s/%s is in the database %d times", op.Merchant, op.MerchantRefundNo, n)
-			case r.Amount != op.Amount:
+			case r.Amount != op.Amount || r.OrderNo != op.OrderNo || r.Merchant != op.Merchant:
 				lost++
-				iv.violation("refund %s: database has %d, answered %d", op.RefundNo, r.Amount, op.Amount)
+				iv.violation("refund %s: database has %s %s %d, answered %s %s %d", op.RefundNo, r.Merchant, r.OrderNo, r.Amount,
+					op.Merchant, op.OrderNo, op.Amount)
 			}
 		case op.Kind == "refund" && op.Status >= 400:
 			// A refused refund reserves nothing and writes no row.
@@ -460,24 +461,46 @@ func checkProvider(h *History) *Invariant {
 	// The converse: money the provider moved must be a refund the database
 	// holds as succeeded (or a flagged payment's automatic refund), else
 	// the merchant was told it failed, or never told, while it was paid out.
-	autoKeys := map[string]bool{}
+	autoKeys := map[string]DBPayment{}
+	appliedTxn := map[string]string{} // order_no → its applied payment
 	for _, p := range h.DB.Payments {
 		if flaggedResults[p.Result] {
-			autoKeys["auto:mockpay:"+p.TxnID] = true
+			autoKeys["auto:mockpay:"+p.TxnID] = p
+		}
+		if p.Result == "applied" && p.Status == "SUCCEEDED" {
+			appliedTxn[p.OrderNo] = p.TxnID
 		}
 	}
-	var unbooked int
+	// And it must be paid back from the payment it was booked against, for
+	// the amount booked: over-refunding is checked per payment above, but
+	// a refund taken from another customer's payment, or for another
+	// amount, stays under every payment's amount.
+	var unbooked, misapplied int
 	for k, r := range h.Provider.Refunds {
-		if r.Moves == 0 || autoKeys[k] {
+		if r.Moves == 0 {
 			continue
 		}
-		if db, ok := h.DB.Refunds[k]; !ok || db.Status != "SUCCEEDED" {
+		if p, ok := autoKeys[k]; ok {
+			if r.PaymentTxnID != p.TxnID || r.Amount != p.Amount {
+				misapplied++
+				iv.violation("automatic refund %s: the provider paid back %d of %s, the flagged payment is %d", k, r.Amount, r.PaymentTxnID, p.Amount)
+			}
+			continue
+		}
+		db, ok := h.DB.Refunds[k]
+		if !ok || db.Status != "SUCCEEDED" {
 			unbooked++
 			status := "not in the database"
 			if ok {
 				status = db.Status + " in the database"
 			}
 			iv.violation("the provider made refund %s (%d of %s), which is %s", k, r.Amount, r.PaymentTxnID, status)
+			continue
+		}
+		if r.PaymentTxnID != appliedTxn[db.OrderNo] || r.Amount != db.Amount {
+			misapplied++
+			iv.violation("refund %s: the provider paid back %d of %s, the database has %d of order %s paid by %s", k, r.Amount, r.PaymentTxnID,
+				db.Amount, db.OrderNo, appliedTxn[db.OrderNo])
 		}
 	}
 	for _, p := range h.DB.Payments {
@@ -494,6 +517,7 @@ func checkProvider(h *History) *Invariant {
 	iv.count("over-refunded payments", overRefunded, true)
 	iv.count("accepted, never asked", notAsked, true)
 	iv.count("made, not succeeded in the database", unbooked, true)
+	iv.count("refund of another payment or amount", misapplied, true)
 	return iv
 }
 

@@ -99,6 +99,11 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			delete(h.DB.Refunds, "rf1")
 			delete(h.DB.RefundsByRef, "m/mr1")
 		}},
+		{"an acknowledged refund recorded against another order", InvAcknowledged, "lost", func(h *History) {
+			r := h.DB.Refunds["rf1"]
+			r.OrderNo = "o3"
+			h.DB.Refunds["rf1"] = r
+		}},
 		{"a cancel answered 200 did not close the order", InvAcknowledged, "lost", func(h *History) {
 			o := h.DB.Orders["o2"]
 			o.Status = "PAID"
@@ -135,6 +140,21 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			p := h.Provider.Payments["t1"]
 			p.Succeeded = false
 			h.Provider.Payments["t1"] = p
+		}},
+		{"a refund made against another order's payment", InvProvider, "refund of another payment or amount", func(h *History) {
+			r := h.Provider.Refunds["rf1"]
+			r.PaymentTxnID = "t3"
+			h.Provider.Refunds["rf1"] = r
+		}},
+		{"a refund made for another amount than booked", InvProvider, "refund of another payment or amount", func(h *History) {
+			r := h.Provider.Refunds["rf1"]
+			r.Amount = 250
+			h.Provider.Refunds["rf1"] = r
+		}},
+		{"an automatic refund made for another amount than the flagged payment", InvProvider, "refund of another payment or amount", func(h *History) {
+			r := h.Provider.Refunds["auto:mockpay:t4"]
+			r.Amount = 400
+			h.Provider.Refunds["auto:mockpay:t4"] = r
 		}},
 		{"the provider moved money twice for one key", InvProvider, "moved twice", func(h *History) {
 			r := h.Provider.Refunds["rf1"]
