@@ -153,6 +153,10 @@ type Snapshot struct {
 	// CallKeys are the Idempotency-Keys of the provider calls paysvc
 	// decided, with their refund_no.
 	CallKeys map[string]string
+	// AutoSettled is each automatic refund's outcome as the provider's
+	// refund callback reported it (provider_calls.settled; "" none yet),
+	// by Idempotency-Key.
+	AutoSettled map[string]string
 }
 
 // DBOrder is an order row.
@@ -458,6 +462,17 @@ func checkProvider(h *History) *Invariant {
 			iv.violation("refund %s is SUCCEEDED in the database but the provider was never asked", no)
 		}
 	}
+	// An automatic refund has no refund row: nothing above, and nothing the
+	// quiet wait looks at, would see its callback lost or left unapplied.
+	// The provider sent every callback before the snapshot, so each must
+	// have settled its call.
+	var unsettled int
+	for _, p := range h.DB.Payments {
+		if k := "auto:mockpay:" + p.TxnID; flaggedResults[p.Result] && h.DB.AutoSettled[k] != "SUCCEEDED" {
+			unsettled++
+			iv.violation("automatic refund %s of payment %s (%s): settled %q", k, p.TxnID, p.Result, h.DB.AutoSettled[k])
+		}
+	}
 	// The converse: money the provider moved must be a refund the database
 	// holds as succeeded (or a flagged payment's automatic refund), else
 	// the merchant was told it failed, or never told, while it was paid out.
@@ -516,6 +531,7 @@ func checkProvider(h *History) *Invariant {
 	iv.count("one refund under two keys", byRefTwice, true)
 	iv.count("over-refunded payments", overRefunded, true)
 	iv.count("accepted, never asked", notAsked, true)
+	iv.count("automatic refund not settled", unsettled, true)
 	iv.count("made, not succeeded in the database", unbooked, true)
 	iv.count("refund of another payment or amount", misapplied, true)
 	return iv
@@ -607,6 +623,9 @@ func checkEvents(h *History) *Invariant {
 	for _, p := range h.DB.Payments {
 		if flaggedResults[p.Result] && p.Status == "SUCCEEDED" {
 			need("payment.flagged", p.TxnID, "flagged payment "+p.TxnID)
+			if h.DB.AutoSettled["auto:mockpay:"+p.TxnID] == "SUCCEEDED" {
+				need("payment.refunded", p.TxnID, "flagged payment "+p.TxnID+" refunded")
+			}
 		}
 	}
 	// The converse: every event must describe a change the database kept,
@@ -633,12 +652,15 @@ func checkEvents(h *History) *Invariant {
 			subject, fits = e.RefundNo, hasRefund && r.Status == "SUCCEEDED"
 		case "refund.failed":
 			subject, fits = e.RefundNo, hasRefund && r.Status == "FAILED"
-		case "payment.flagged":
+		case "payment.flagged", "payment.refunded":
 			subject, fits = e.PaymentTxn, false
 			for _, p := range h.DB.Payments {
 				if p.TxnID == e.PaymentTxn && flaggedResults[p.Result] {
 					fits = true
 				}
+			}
+			if e.Type == "payment.refunded" && h.DB.AutoSettled["auto:mockpay:"+e.PaymentTxn] != "SUCCEEDED" {
+				fits = false
 			}
 		}
 		if !fits {

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,12 +34,13 @@ func goodHistory() *History {
 			},
 		},
 		Received: map[string]Received{
-			"e1": {Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
-			"e2": {Type: "order.closed", OrderNo: "o2", Deliveries: 2, Merchants: []string{"m"}},
-			"e3": {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 2, Merchants: []string{"m"}},
-			"e4": {Type: "order.partially_refunded", OrderNo: "o1", Deliveries: 1, Merchants: []string{"m"}},
-			"e5": {Type: "order.paid", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
-			"e6": {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e1":  {Type: "order.paid", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e2":  {Type: "order.closed", OrderNo: "o2", Deliveries: 2, Merchants: []string{"m"}},
+			"e3":  {Type: "refund.succeeded", OrderNo: "o1", Deliveries: 1, EndpointDeliveries: 2, Merchants: []string{"m"}},
+			"e4":  {Type: "order.partially_refunded", OrderNo: "o1", Deliveries: 1, Merchants: []string{"m"}},
+			"e5":  {Type: "order.paid", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e6":  {Type: "payment.flagged", OrderNo: "o3", Deliveries: 1, EndpointDeliveries: 1, Merchants: []string{"m"}},
+			"e10": {Type: "payment.refunded", OrderNo: "o3", Deliveries: 1, Merchants: []string{"m"}},
 		},
 		EndpointEvents: []string{"order.paid", "refund.succeeded", "payment.flagged"},
 		DB: Snapshot{
@@ -60,11 +62,13 @@ func goodHistory() *History {
 				{ID: "e4", Merchant: "m", Type: "order.partially_refunded", OrderNo: "o1", RefundNo: "rf1", Delivery: 2},
 				{ID: "e5", Merchant: "m", Type: "order.paid", OrderNo: "o3", Delivery: 2},
 				{ID: "e6", Merchant: "m", Type: "payment.flagged", OrderNo: "o3", PaymentTxn: "t4", Delivery: 2},
+				{ID: "e10", Merchant: "m", Type: "payment.refunded", OrderNo: "o3", PaymentTxn: "t4", Delivery: 2},
 			},
 			LedgerPayments: map[string]int64{"o1": 1000, "o3": 500},
 			LedgerRefunds:  map[string]int64{"o1": 300},
 			OrdersByRef:    map[string]int{"m/mo1": 1, "m/mo2": 1, "m/mo3": 1},
 			RefundsByRef:   map[string]int{"m/mr1": 1},
+			AutoSettled:    map[string]string{"auto:mockpay:t4": "SUCCEEDED"},
 		},
 		RevokedProbes: 4,
 		Quiet:         true,
@@ -156,6 +160,9 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			r.Amount = 400
 			h.Provider.Refunds["auto:mockpay:t4"] = r
 		}},
+		{"a flagged payment's automatic refund never settled", InvProvider, "automatic refund not settled", func(h *History) {
+			delete(h.DB.AutoSettled, "auto:mockpay:t4")
+		}},
 		{"the provider moved money twice for one key", InvProvider, "moved twice", func(h *History) {
 			r := h.Provider.Refunds["rf1"]
 			r.Moves = 2
@@ -178,6 +185,13 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 		{"a change without its event", InvEvents, "missing events", func(h *History) {
 			h.DB.Events = h.DB.Events[1:]
 			delete(h.Received, "e1")
+		}},
+		{"a flagged payment's automatic refund settled without its event", InvEvents, "missing events", func(h *History) {
+			h.DB.Events = slices.DeleteFunc(h.DB.Events, func(e DBEvent) bool { return e.ID == "e10" })
+			delete(h.Received, "e10")
+		}},
+		{"a payment.refunded for an automatic refund not settled", InvEvents, "notified, not in the database", func(h *History) {
+			h.DB.AutoSettled["auto:mockpay:t4"] = "FAILED"
 		}},
 		{"an event never delivered", InvEvents, "undelivered", func(h *History) { delete(h.Received, "e2") }},
 		{"an event the API endpoint takes never reached it", InvEvents, "missed by the API endpoint", func(h *History) {

@@ -124,7 +124,7 @@ func (s *system) snapshot(ctx context.Context, d *Snapshot) error {
 	d.Orders, d.Refunds = map[string]DBOrder{}, map[string]DBRefund{}
 	d.OrdersByRef, d.RefundsByRef = map[string]int{}, map[string]int{}
 	d.LedgerPayments, d.LedgerRefunds = map[string]int64{}, map[string]int64{}
-	d.CallKeys = map[string]string{}
+	d.CallKeys, d.AutoSettled = map[string]string{}, map[string]string{}
 	rows := func(q string, scan func(*sql.Rows) error) error {
 		r, err := conn.QueryContext(ctx, q)
 		if err != nil {
@@ -217,13 +217,16 @@ func (s *system) snapshot(ctx context.Context, d *Snapshot) error {
 		})
 	}
 	if err == nil {
-		err = rows(`SELECT idem_key, refund_no, status FROM provider_calls`, func(r *sql.Rows) error {
-			var k, no string
-			var st int
-			if err := r.Scan(&k, &no, &st); err != nil {
+		err = rows(`SELECT idem_key, refund_no, status, kind, COALESCE(settled, '') FROM provider_calls`, func(r *sql.Rows) error {
+			var k, no, settled string
+			var st, kind int
+			if err := r.Scan(&k, &no, &st, &kind, &settled); err != nil {
 				return err
 			}
 			d.CallKeys[k] = no
+			if kind == 1 {
+				d.AutoSettled[k] = settled
+			}
 			if st == 0 {
 				d.PendingCalls++
 			}
