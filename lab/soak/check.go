@@ -292,9 +292,14 @@ func checkAcknowledged(h *History) *Invariant {
 			case n > 1:
 				doubled++
 				iv.violation("order %s/%s is in the database %d times", op.Merchant, op.MerchantOrderNo, n)
-			case o.Amount != op.Amount || o.Merchant != op.Merchant:
+			case o.Amount != op.Amount || o.Merchant != op.Merchant || o.MerchantOrderNo != op.MerchantOrderNo:
+				// The order_no answered must be the order asked for, not
+				// another of the merchant's (an answer stored under the
+				// wrong request): that order exists too, so only its
+				// merchant_order_no tells.
 				lost++
-				iv.violation("order %s: database has %s %d, the merchant was answered %s %d", op.OrderNo, o.Merchant, o.Amount, op.Merchant, op.Amount)
+				iv.violation("order %s: database has %s %s %d, the merchant was answered it for %s %s %d", op.OrderNo, o.Merchant,
+					o.MerchantOrderNo, o.Amount, op.Merchant, op.MerchantOrderNo, op.Amount)
 			}
 		case op.Kind == "refund" && op.Status == 201:
 			r, ok := h.DB.Refunds[op.RefundNo]

@@ -98,6 +98,10 @@ func TestCheckCatchesEachViolation(t *testing.T) {
 			delete(h.DB.Orders, "o1")
 			delete(h.DB.OrdersByRef, "m/mo1")
 		}},
+		{"a create answered with another order of the merchant", InvAcknowledged, "lost", func(h *History) {
+			h.Ops[0].OrderNo = "o3"
+			h.Ops[0].Amount = 500
+		}},
 		{"an order exists twice", InvAcknowledged, "doubled", func(h *History) { h.DB.OrdersByRef["m/mo1"] = 2 }},
 		{"an acknowledged refund is lost", InvAcknowledged, "lost", func(h *History) {
 			delete(h.DB.Refunds, "rf1")
