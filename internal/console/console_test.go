@@ -897,3 +897,34 @@ func TestMerchantsPageOffersEveryLiveKey(t *testing.T) {
 		}
 	}
 }
+
+// A parameter no identifier can be (a non-ASCII character pasted with an
+// order number, bytes that are no UTF-8) finds nothing: an order page is
+// 404 and a list is empty, never a page that could not be read. The
+// columns they are compared with are ASCII, which the server refuses to
+// compare with such a value.
+func TestOddParametersFindNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	b, _ := e.signedIn()
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/console/orders/ord_%C3%A9", http.StatusNotFound},
+		{"/console/orders/ord_%FF", http.StatusNotFound},
+		{"/console/orders?order_no=ord_%C3%A9", http.StatusOK},
+		{"/console/orders?merchant=acm%C3%A9", http.StatusOK},
+		{"/console/orders?after=ord_%C3%A9", http.StatusOK},
+		{"/console/deliveries?endpoint=we_%C3%A9&after=", http.StatusOK},
+		{"/console/deliveries?endpoint=&after=evt_%C3%A9", http.StatusOK},
+		{"/console/endpoints?after=we_%C3%A9", http.StatusOK},
+		{"/console/settlements?after=acm%C3%A9+EUR", http.StatusOK},
+		{"/console/settlements?after=acme+%E2%82%AC", http.StatusOK},
+		{"/console/merchants?after=acm%C3%A9", http.StatusOK},
+	} {
+		if a := b.get(tc.path); a.status != tc.status {
+			t.Errorf("GET %s = %d, want %d\n%s", tc.path, a.status, tc.status, a.body)
+		}
+	}
+}

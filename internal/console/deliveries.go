@@ -43,6 +43,9 @@ const endpointsPerPage = 50
 func failedDeliveries(ctx context.Context, gdb *gorm.DB, cur DeliveryCursor) ([]Delivery, *DeliveryCursor, error) {
 	var out []Delivery
 	ep, after := cur.Endpoint, cur.AfterEvent
+	if !ascii(ep, after) {
+		return nil, nil, nil
+	}
 	for looked := 0; ; looked++ {
 		if after != "~" {
 			ds, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (d Delivery, err error) {
@@ -172,6 +175,9 @@ func (e EndpointRow) Health() string {
 }
 
 func endpointsList(ctx context.Context, gdb *gorm.DB, after string) ([]EndpointRow, string, error) {
+	if !ascii(after) {
+		return nil, "", nil
+	}
 	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (e EndpointRow, err error) {
 		var failing sql.NullTime
 		err = rows.Scan(&e.ID, &e.MerchantID, &e.URL, &e.Status, &e.DisabledReason, &failing, &e.CreatedAt)

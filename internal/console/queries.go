@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 	"gorm.io/gorm"
@@ -92,6 +93,22 @@ func scanString(rows *sql.Rows) (s string, err error) {
 	return s, err
 }
 
+// ascii reports whether every s is ASCII. The identifiers the console
+// looks up and pages by are ASCII columns, and the server refuses to
+// compare one with a value that is not (an illegal mix of collations, or
+// bytes that are no UTF-8): such a value can match no row, so the read is
+// not sent.
+func ascii(ss ...string) bool {
+	for _, s := range ss {
+		for i := 0; i < len(s); i++ {
+			if s[i] >= utf8.RuneSelf {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
 func anys(ss []string) []any {
@@ -143,6 +160,9 @@ func searchOrders(ctx context.Context, gdb *gorm.DB, s OrderSearch) ([]Order, st
 		os  []Order
 		err error
 	)
+	if !ascii(s.OrderNo, s.Merchant) || (s.Merchant == "" && !ascii(s.After)) {
+		return nil, "", nil
+	}
 	switch {
 	case s.OrderNo != "":
 		os, err = db.QueryAll(ctx, gdb, scanOrder, qOrderByNo, s.OrderNo)
@@ -321,6 +341,9 @@ const maxKeysPerPage = 1000
 // the bound is a page of its own, showing its newest keys: those in use,
 // the ones an operator comes to revoke, and not its oldest, long retired.
 func merchantsList(ctx context.Context, gdb *gorm.DB, after string) ([]Merchant, string, error) {
+	if !ascii(after) {
+		return nil, "", nil
+	}
 	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (m Merchant, err error) {
 		err = rows.Scan(&m.ID, &m.Name, &m.CreatedAt)
 		return m, err
@@ -389,6 +412,9 @@ type Settlement struct {
 
 // settlementsOf reads a day's rows after (merchant, currency).
 func settlementsOf(ctx context.Context, gdb *gorm.DB, day time.Time, afterMerchant, afterCurrency string) ([]Settlement, string, error) {
+	if !ascii(afterMerchant, afterCurrency) {
+		return nil, "", nil
+	}
 	out, err := db.QueryAll(ctx, gdb, func(rows *sql.Rows) (s Settlement, err error) {
 		err = rows.Scan(&s.MerchantID, &s.Currency, &s.PaymentsCount, &s.PaymentsAmount, &s.RefundsCount, &s.RefundsAmount, &s.Net)
 		return s, err

@@ -51,6 +51,9 @@ const requestsPerPage = 100
 // order_no (or by the ids found so far), and merges them by time. Only
 // the request log pages (afterRequest): the other kinds are few per order.
 func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest int64) (Timeline, error) {
+	if !ascii(orderNo) {
+		return Timeline{}, ErrNoOrder
+	}
 	os, err := db.QueryAll(ctx, gdb, scanOrder, qOrderByNo, orderNo)
 	if err != nil {
 		return Timeline{}, fmt.Errorf("order %s: %w", orderNo, err)
