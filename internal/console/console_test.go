@@ -928,3 +928,47 @@ func TestOddParametersFindNothing(t *testing.T) {
 		}
 	}
 }
+
+// Each failed delivery shows its own last attempt, however many attempts
+// the events of the page made to their other endpoints: here 50 events
+// fanned out to 8 endpoints, 9 attempts each (a redelivery after the
+// schedule), and the last attempt to the failed endpoint was a 503.
+func TestDeliveriesShowEachLastAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	const events, endpoints, attempts = console.PageSize, 8, 9
+	failed := "we_01H" + strings.Repeat("0", 22) + "1"
+	seq := func(n int) string {
+		return `WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < ` + strconv.Itoa(n) + `) `
+	}
+	e.exec(`INSERT INTO webhook_endpoints (id, merchant_id, url, enabled_events, created_at) ` + seq(endpoints) +
+		`SELECT CONCAT('we_01H', LPAD(n, 23, '0')), 'acme', 'https://example.com/', '*', NOW(6) FROM s`)
+	e.exec(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, order_no) ` + seq(events) +
+		`SELECT CONCAT('evt_01H', LPAD(n, 23, '0')), 'acme', 'order.paid', NOW(6), '{}', 3, '' FROM s`)
+	e.exec(`INSERT INTO deliveries (event_id, endpoint_id, merchant_id, status) `+seq(events)+
+		`SELECT CONCAT('evt_01H', LPAD(n, 23, '0')), ?, 'acme', 3 FROM s`, failed)
+	// Endpoint by endpoint, the failed one first: its attempts have the
+	// smallest ids of each event, the last of them a 503.
+	const digits = `(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4
+	  UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)`
+	e.exec(`INSERT INTO event_attempts (event_id, at, status_code, error, duration_ms, endpoint_id)
+		SELECT CONCAT('evt_01H', LPAD(n % ` + strconv.Itoa(events) + ` + 1, 23, '0')), NOW(6),
+		       IF(n DIV ` + strconv.Itoa(events) + ` = ` + strconv.Itoa(attempts-1) + `, 503, 500), '', 5,
+		       CONCAT('we_01H', LPAD(n DIV ` + strconv.Itoa(events*attempts) + ` + 1, 23, '0'))
+		  FROM (SELECT a.d + 10*b.d + 100*c.d + 1000*f.d AS n FROM ` + digits + ` a, ` + digits + ` b, ` + digits + ` c, ` + digits + ` f) s
+		 WHERE n < ` + strconv.Itoa(endpoints*attempts*events) + ` ORDER BY n`)
+	b, _ := e.signedIn()
+	a := b.get("/console/deliveries")
+	if a.status != 200 {
+		t.Fatalf("GET /console/deliveries: %d\n%s", a.status, a.body)
+	}
+	rows := regexp.MustCompile(`data-event-id="([^"]+)" data-endpoint-id="[^"]+">[\s\S]*?<td data-test="last-attempt">([^<,]*)`).FindAllStringSubmatch(a.body, -1)
+	if len(rows) != events {
+		t.Fatalf("%d failed deliveries shown, want %d", len(rows), events)
+	}
+	for _, r := range rows {
+		if r[2] != "HTTP 503" {
+			t.Errorf("delivery of %s: last attempt %q, want HTTP 503", r[1], r[2])
+		}
+	}
+}

@@ -108,21 +108,21 @@ func withEvents(ctx context.Context, gdb *gorm.DB, ds []Delivery, next *Delivery
 		e := evs[ds[i].EventID]
 		ds[i].EventType, ds[i].OrderNo, ds[i].EventAt = e.typ, e.orderNo, e.at
 	}
-	return ds, next, lastAttempts(ctx, gdb, ds, ids)
+	return ds, next, lastAttempts(ctx, gdb, ds)
 }
 
-// attemptsPerDeliveryPage bounds the attempts read for one page of
-// failed deliveries: a failed delivery has run its schedule (8 attempts
-// by default), a few more if redelivered.
-const attemptsPerDeliveryPage = PageSize * 64
-
-// lastAttempts sets each delivery's last attempt: one range of
-// event_attempts' primary key over the page's events.
-func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []string) error {
+// lastAttempts sets each delivery's last attempt: for each, its event's
+// attempts in the primary key from the newest back to the first to its
+// endpoint. A read of all the page's attempts, bounded, would cut off
+// the last deliveries' whenever their events fanned out to many
+// endpoints or were redelivered, showing none or an older one.
+func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery) error {
 	type pair struct{ event, endpoint string }
 	at := map[pair]int{}
+	args := make([]any, 0, 2*len(ds))
 	for i, d := range ds {
 		at[pair{d.EventID, d.EndpointID}] = i
+		args = append(args, d.EventID, d.EndpointID)
 	}
 	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
@@ -148,7 +148,7 @@ func lastAttempts(ctx context.Context, gdb *gorm.DB, ds []Delivery, eventIDs []s
 		}
 		ds[i].LastAttempt, ds[i].LastAttemptAt = d, when
 		return nil
-	}, fmt.Sprintf(qAttemptsOf, placeholders(len(eventIDs))), append(anys(eventIDs), attemptsPerDeliveryPage)...)
+	}, lastAttemptsOf(len(ds)), args...)
 	if err != nil {
 		return fmt.Errorf("attempts of failed deliveries: %w", err)
 	}

@@ -118,6 +118,7 @@ func TestQueriesUseTheirIndexes(t *testing.T) {
 			"idx_provider_calls_payment", []any{"mockpay", []byte("txn1"), "mockpay", []byte("txn3"), timelineCap}},
 		{"deliveries of events", fmt.Sprintf(qDeliveriesOf, two), "uk_deliveries_pair", []any{"evt_01H" + strings.Repeat("0", 22) + "1", "evt_01H" + strings.Repeat("0", 22) + "2", timelineCap}},
 		{"attempts of events", fmt.Sprintf(qAttemptsOf, two), "PRIMARY", []any{"evt_01H" + strings.Repeat("0", 22) + "1", "evt_01H" + strings.Repeat("0", 22) + "2", timelineCap}},
+		{"last attempts of deliveries", lastAttemptsOf(2), "PRIMARY", []any{"evt_01H" + strings.Repeat("0", 22) + "1", "", "evt_01H" + strings.Repeat("0", 22) + "2", ""}},
 		{"failed deliveries of an endpoint", qFailedOfEndpoint, "idx_deliveries_endpoint", []any{"we_01H" + strings.Repeat("0", 22) + "1", "", PageSize + 1}},
 		{"next endpoint", qNextEndpoint, "PRIMARY", []any{""}},
 		{"events by id", fmt.Sprintf(qEventsByID, two), "PRIMARY", []any{"evt_a", "evt_b"}},

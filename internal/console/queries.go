@@ -46,6 +46,9 @@ const (
 	qCallsOfPayments = `SELECT ` + callColumns + ` FROM provider_calls WHERE %s LIMIT ?`
 	qDeliveriesOf    = `SELECT event_id, endpoint_id, status FROM deliveries WHERE event_id IN (%s) ORDER BY event_id, endpoint_id LIMIT ?`
 	qAttemptsOf      = `SELECT event_id, endpoint_id, at, status_code, error, duration_ms FROM event_attempts WHERE event_id IN (%s) ORDER BY event_id, id LIMIT ?`
+	// qLastAttemptOf is one delivery's last attempt: its event's attempts
+	// read from the newest back to the first to its endpoint.
+	qLastAttemptOf = `(SELECT event_id, endpoint_id, at, status_code, error, duration_ms FROM event_attempts WHERE event_id = ? AND endpoint_id = ? ORDER BY id DESC LIMIT 1)`
 
 	qFailedOfEndpoint = `SELECT id, event_id, endpoint_id, merchant_id, retries FROM deliveries FORCE INDEX (idx_deliveries_endpoint)
 		WHERE endpoint_id = ? AND status = 3 AND event_id > ? ORDER BY event_id LIMIT ?`
@@ -107,6 +110,12 @@ func ascii(ss ...string) bool {
 		}
 	}
 	return true
+}
+
+// lastAttemptsOf is the last attempt of each of n deliveries, one
+// statement: qLastAttemptOf for each, with its event and endpoint.
+func lastAttemptsOf(n int) string {
+	return strings.TrimSuffix(strings.Repeat(qLastAttemptOf+" UNION ALL ", n), " UNION ALL ")
 }
 
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
