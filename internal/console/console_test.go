@@ -972,3 +972,32 @@ func TestDeliveriesShowEachLastAttempt(t *testing.T) {
 		}
 	}
 }
+
+// An order's timeline that cannot show every delivery of its events says
+// so, as it does for the other kinds it caps: here 26 events, each
+// delivered to 8 endpoints.
+func TestTimelineSaysDeliveriesAreCut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []string{operatorKey}, false)
+	const orderNo = "ord_01H00000000000000000000001"
+	e.exec(`INSERT INTO orders (order_no, merchant_id, merchant_order_no, status, amount, currency, created_at, updated_at)
+		VALUES (?, 'acme', 'mo-1', 'PAID', 100, 'EUR', NOW(6), NOW(6))`, orderNo)
+	e.exec(`INSERT INTO events (id, merchant_id, type, created_at, data, delivery, order_no)
+		WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 26)
+		SELECT CONCAT('evt_01H', LPAD(n, 23, '0')), 'acme', 'order.partially_refunded', NOW(6), '{}', 2, ? FROM s`, orderNo)
+	e.exec(`INSERT INTO deliveries (event_id, endpoint_id, merchant_id, status)
+		WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 26 * 8 - 1)
+		SELECT CONCAT('evt_01H', LPAD(n DIV 8 + 1, 23, '0')), CONCAT('we_01H', LPAD(n % 8 + 1, 23, '0')), 'acme', 2 FROM s`)
+	b, _ := e.signedIn()
+	a := b.get("/console/orders/" + orderNo)
+	if a.status != 200 {
+		t.Fatalf("GET the timeline: %d\n%s", a.status, a.body)
+	}
+	shown := strings.Count(a.body, ": delivered")
+	if shown >= 26*8 {
+		t.Fatalf("%d deliveries shown of %d: the test no longer reaches the cap", shown, 26*8)
+	}
+	if !regexp.MustCompile(`Only the first of each of these are shown: [^<]*delivery`).MatchString(a.body) {
+		t.Errorf("%d of %d deliveries shown, and the page does not say they are cut", shown, 26*8)
+	}
+}

@@ -232,7 +232,7 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 	for _, e := range evs {
 		evIDs = append(evIDs, e.ID)
 	}
-	dels, err := deliveriesOf(ctx, gdb, evIDs)
+	dels, err := deliveriesOf(ctx, gdb, evIDs, capped)
 	if err != nil {
 		return Timeline{}, err
 	}
@@ -255,12 +255,14 @@ func timeline(ctx context.Context, gdb *gorm.DB, orderNo string, afterRequest in
 
 // deliveriesOf says, per event, how each of its deliveries stands
 // ("we_…: failed, configured endpoint: delivered"): one range of
-// uk_deliveries_pair.
-func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string]string, error) {
+// uk_deliveries_pair, capped like the other kinds (an order's events
+// times its merchant's endpoints can pass the cap).
+func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string, capped func(string, int)) (map[string]string, error) {
 	out := map[string]string{}
 	if len(evIDs) == 0 {
 		return out, nil
 	}
+	n := 0
 	err := db.EachRow(ctx, gdb, func(rows *sql.Rows) error {
 		var (
 			eventID, endpoint string
@@ -269,6 +271,7 @@ func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string
 		if err := rows.Scan(&eventID, &endpoint, &status); err != nil {
 			return err
 		}
+		n++
 		if endpoint == "" {
 			endpoint = "configured endpoint"
 		}
@@ -281,6 +284,7 @@ func deliveriesOf(ctx context.Context, gdb *gorm.DB, evIDs []string) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: %w", err)
 	}
+	capped("delivery", n)
 	return out, nil
 }
 
