@@ -28,9 +28,6 @@ const (
 	demoAPIKey   = "demo-api-key-0123456789"
 	demoProvider = "mockpay"
 	demoSecret   = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	// demoNotifySecret signs the demo merchant's notifications when
-	// PAYSVC_NOTIFY_ENDPOINTS gives it no endpoint of its own.
-	demoNotifySecret = "whsec_ZGVtby1ub3RpZnktc2VjcmV0LTAxMjM0NTY3"
 	// demoOperatorKey opens the operator console when PAYSVC_ADMIN_KEYS
 	// gives none (the compose file sets the same).
 	demoOperatorKey = "demo-operator-key-0123456789abcdef"

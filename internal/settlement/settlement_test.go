@@ -25,8 +25,6 @@ type fixture struct {
 	want map[string]map[string]settlement.Settlement // date -> merchant|currency -> totals
 }
 
-type key struct{ merchant, currency string }
-
 // newFixture books n orders over the day before, the day and the day after
 // ledgerDay, for four merchants in two currencies, with entries on the
 // exact edges of the days; about a third are partly refunded, some on a

@@ -97,13 +97,8 @@ func callbackResponse(orderNo string) []byte {
 // own bytes.
 func orderResponse(o orders.Order) []byte { return documents.Order(o) }
 
-// typicalOrderBodyLen is the size of the order response the storage
-// section stores: the service's JSON for a three-character
-// merchant_order_no and no description.
-const typicalOrderBodyLen = 254
-
-// sampleOrder is a new order whose response body is typicalOrderBodyLen
-// bytes long.
+// sampleOrder is the new order whose response the storage section
+// stores: a three-character merchant_order_no and no description.
 func sampleOrder() orders.Order {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	return orders.Order{OrderNo: orders.NewOrderNo(), MerchantID: merchantID, MerchantOrderNo: "abc",

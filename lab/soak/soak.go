@@ -11,7 +11,6 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -595,5 +594,3 @@ func (s *system) teardown() {
 		f()
 	}
 }
-
-var errNotQuiet = errors.New("not quiet")
